@@ -1,0 +1,154 @@
+"""Canonical JSON and digests, byte-compatible with OpenClaw's stable stringify.
+
+Values come in two flavours. *Wire values* were decoded by `wire.py`, which turns every
+JSON float literal into a `msgspec.Raw` holding its JavaScript spelling; they take the
+fast path (msgspec's sorted encoder plus a cheap check). Any other Python value
+(floats, huge ints, lone surrogates, non-BMP keys) goes through `canon_exact`, the
+reference implementation that the fast path is property-tested against.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from typing import Any
+
+import msgspec
+
+UNDEFINED = msgspec.Raw(b"undefined")
+"""An absent value; serialized as the bare word `undefined`, as JavaScript does."""
+
+_MAX_SAFE = 2**53
+_encode_sorted = msgspec.json.Encoder(order="sorted").encode
+# Anything that may differ from JavaScript in the fast encoding: a run of 16+ digits
+# (an int beyond 2^53, or a harmless string) and bytes of code points >= U+D000 (key
+# order by UTF-16 units differs from code point order only there).
+_NEEDS_EXACT = re.compile(rb"\d{16}|[\xed-\xf4]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def js_number(x: float) -> str:
+    """Format a finite double as JavaScript's Number#toString does."""
+    if x == 0:
+        return "0"
+    r = repr(abs(x))
+    mant, _, exp = r.partition("e")
+    ip, _, fp = mant.partition(".")
+    digits = ip + fp
+    point = len(ip) + (int(exp) if exp else 0)
+    stripped = digits.lstrip("0")
+    point -= len(digits) - len(stripped)
+    s = stripped.rstrip("0") or "0"
+    k, n = len(s), point
+    if k <= n <= 21:
+        out = s + "0" * (n - k)
+    elif 0 < n <= 21:
+        out = s[:n] + "." + s[n:]
+    elif -6 < n <= 0:
+        out = "0." + "0" * (-n) + s
+    else:
+        e = n - 1
+        out = (s if k == 1 else s[0] + "." + s[1:]) + ("e+" if e >= 0 else "e-") + str(abs(e))
+    return "-" + out if x < 0 else out
+
+
+def js_float_literal(text: str) -> msgspec.Raw:
+    """A JSON float literal as the canonical bytes JavaScript would write for it."""
+    x = float(text)
+    if math.isfinite(x):
+        return msgspec.Raw(js_number(x).encode())
+    return msgspec.Raw(json.dumps("NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")).encode())
+
+
+def _js_int(i: int) -> str:
+    if -_MAX_SAFE <= i <= _MAX_SAFE:
+        return str(i)
+    try:
+        return js_number(float(i))
+    except OverflowError:
+        return '"Infinity"' if i > 0 else '"-Infinity"'
+
+
+def _sanitize(s: str) -> str:
+    if not _LONE_SURROGATE.search(s):
+        return s
+    # Join well-formed pairs first, then drop what is left alone.
+    s = s.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return _LONE_SURROGATE.sub("", s)
+
+
+def _utf16_key(s: str) -> bytes:
+    return s.encode("utf-16-be", "surrogatepass")
+
+
+def _js_string(s: str) -> str:
+    return json.dumps(_sanitize(s), ensure_ascii=False)
+
+
+def _exact(v: Any, out: list[str]) -> None:
+    if v is None:
+        out.append("null")
+    elif v is True:
+        out.append("true")
+    elif v is False:
+        out.append("false")
+    elif isinstance(v, str):
+        out.append(_js_string(v))
+    elif isinstance(v, int):
+        out.append(_js_int(v))
+    elif isinstance(v, float):
+        if math.isfinite(v):
+            out.append(js_number(v))
+        else:
+            out.append(_js_string("NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")))
+    elif isinstance(v, msgspec.Raw):
+        out.append(bytes(v).decode())
+    elif isinstance(v, dict):
+        out.append("{")
+        first = True
+        for key in sorted(v, key=_utf16_key):
+            if not first:
+                out.append(",")
+            first = False
+            out.append(_js_string(key))
+            out.append(":")
+            _exact(v[key], out)
+        out.append("}")
+    elif isinstance(v, (list, tuple)):
+        out.append("[")
+        for i, item in enumerate(v):
+            if i:
+                out.append(",")
+            _exact(item, out)
+        out.append("]")
+    elif v is msgspec.UNSET:
+        out.append("undefined")
+    else:
+        raise TypeError(f"cannot canonicalize a {type(v).__name__}")
+
+
+def canon_exact(v: Any) -> bytes:
+    """Canonical JSON of any JSON-like Python value (the reference implementation)."""
+    out: list[str] = []
+    _exact(v, out)
+    return "".join(out).encode("utf-8")
+
+
+def canon(v: Any) -> bytes:
+    """Canonical JSON of a wire value (floats already `Raw`); exact for anything else."""
+    if v is msgspec.UNSET:
+        return b"undefined"
+    try:
+        b = _encode_sorted(v)
+    except (TypeError, UnicodeEncodeError, msgspec.EncodeError):
+        return canon_exact(v)
+    if _NEEDS_EXACT.search(b):
+        return canon_exact(v)
+    return b
+
+
+def digest(v: Any) -> str:
+    """SHA-256 hex of the canonical JSON of a wire value."""
+    return hashlib.sha256(canon(v)).hexdigest()

@@ -1,0 +1,182 @@
+"""The fold: `apply(state, event, config) -> (state, decisions)`, and `replay` on top."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+from msgspec.structs import replace
+
+from .config import DetectionConfig, Resolved
+from .errors import StaleSeqError
+from .fingerprint import call_facts, result_facts
+from .judge import Verdict, judge
+from .messages import message_for
+from .state import EMPTY, MAX_WARNING_KEYS, REMEMBERED_DECISIONS, GuardEntry, Record, RunState
+from .wire import CompactionRetry, Decision, Event, RunEnd, ToolCall, ToolResult
+
+ABORT = "compaction_loop_persisted"
+
+
+def _decision(
+    ev: ToolCall | ToolResult,
+    tool: str,
+    sig: str,
+    cfg: Resolved,
+    action: str = "allow",
+    level: str = "none",
+    detector: str | None = None,
+    count: int | None = None,
+    warning_key: str | None = None,
+    paired: str | None = None,
+) -> Decision:
+    return Decision(
+        run_id=ev.run_id,
+        seq=ev.seq,
+        gateway_id=ev.gateway_id,
+        agent_id=ev.agent_id,
+        tool_call_id=ev.tool_call_id,
+        tool_name=tool,
+        ts=ev.ts,
+        event_id=f"{ev.run_id}:{ev.seq}",
+        action=action,
+        level=level,
+        detector=detector,
+        count=count,
+        message=message_for(action, detector, tool, count, paired),
+        warning_key=warning_key,
+        paired_tool_name=paired,
+        args_hash=sig,
+        config_hash=cfg.config_hash,
+    )
+
+
+def _remember(state: RunState, d: Decision) -> tuple[Decision, ...]:
+    kept = state.answers[-(REMEMBERED_DECISIONS - 1):] if len(state.answers) >= REMEMBERED_DECISIONS else state.answers
+    return kept + (replace(d, message=None),)
+
+
+def _with_message(d: Decision) -> Decision:
+    return replace(d, message=message_for(d.action, d.detector, d.tool_name, d.count, d.paired_tool_name))
+
+
+def _append(history: tuple[Record, ...], rec: Record, size: int) -> tuple[Record, ...]:
+    if len(history) >= size:
+        return history[len(history) - size + 1:] + (rec,)
+    return history + (rec,)
+
+
+def _warn(state: RunState, v: Verdict) -> tuple[str, dict[str, int]]:
+    """Warning suppression: (action, new warning memory) for a warning verdict."""
+    bucket = v.count // 10
+    last = state.warned.get(v.warning_key)
+    if last is not None and bucket <= last:
+        return "allow", state.warned
+    warned = dict(state.warned)
+    if last is None and len(warned) >= MAX_WARNING_KEYS:
+        del warned[next(iter(warned))]
+    warned[v.warning_key] = bucket
+    return "warn", warned
+
+
+def _on_call(state: RunState, ev: ToolCall, cfg: Resolved) -> tuple[RunState, tuple[Decision, ...]]:
+    tool, sig, poll = call_facts(ev)
+    if state.aborted:
+        d = _decision(ev, tool, sig, cfg, "abort", "critical", ABORT)
+        return replace(state, last_seq=ev.seq, answers=_remember(state, d)), (d,)
+    v = judge(state.history, tool, sig, poll, cfg) if cfg.rolling else None
+    warned = state.warned
+    history = state.history
+    if v is None:
+        d = _decision(ev, tool, sig, cfg)
+    elif v.level == "critical":
+        d = _decision(ev, tool, sig, cfg, "block", "critical", v.detector, v.count, v.warning_key, v.paired_tool_name)
+    else:
+        action, warned = _warn(state, v)
+        d = _decision(ev, tool, sig, cfg, action, "warning", v.detector, v.count, v.warning_key, v.paired_tool_name)
+    if d.action != "block":
+        history = _append(history, Record(tool, sig, ev.tool_call_id), cfg.history_size)
+    return replace(state, last_seq=ev.seq, history=history, warned=warned, answers=_remember(state, d)), (d,)
+
+
+def _on_result(state: RunState, ev: ToolResult, cfg: Resolved) -> tuple[RunState, tuple[Decision, ...]]:
+    if state.aborted:
+        return replace(state, last_seq=ev.seq), ()
+    tool, sig, _ = call_facts(ev)
+    rh, unknown = result_facts(ev, tool)
+    if rh is None:
+        return replace(state, last_seq=ev.seq), ()
+    history = state.history
+    want_id = ev.tool_call_id
+    for i in range(len(history) - 1, -1, -1):
+        r = history[i]
+        if r.result_hash is None and r.args_hash == sig and r.tool_name == tool and (want_id is None or r.tool_call_id == want_id):
+            history = history[:i] + (replace(r, result_hash=rh, unknown_tool_name=unknown),) + history[i + 1:]
+            break
+    else:
+        history = _append(history, Record(tool, sig, want_id, rh, unknown), cfg.history_size)
+    if state.guard_left <= 0 or not cfg.guard:
+        return replace(state, last_seq=ev.seq, history=history), ()
+    entry = GuardEntry(tool, sig, rh)
+    window = state.guard_window + (entry,)
+    same = sum(1 for e in window if e == entry)
+    if same >= cfg.window:
+        d = _decision(ev, tool, sig, cfg, "abort", "critical", ABORT, same)
+        return replace(state, last_seq=ev.seq, history=history, guard_left=0, guard_window=(), aborted=True), (d,)
+    left = state.guard_left - 1
+    return replace(state, last_seq=ev.seq, history=history, guard_left=left, guard_window=window if left else ()), ()
+
+
+def apply(state: RunState | None, ev: Event, config: DetectionConfig) -> tuple[RunState | None, tuple[Decision, ...]]:
+    """Apply one event to its run's state. A None state is a run with no state yet; a
+    None result means the run ended and its state is to be dropped. Raises StaleSeqError
+    for a stale tool_call whose decision is no longer remembered."""
+    if state is None:
+        state = EMPTY
+    if ev.seq <= state.last_seq:
+        if isinstance(ev, ToolCall):
+            for d in reversed(state.answers):
+                if d.seq == ev.seq:
+                    return state, (_with_message(d),)
+            raise StaleSeqError(f"stale tool_call: seq {ev.seq} <= last applied seq {state.last_seq} of run {ev.run_id!r}")
+        return state, ()
+    if isinstance(ev, ToolCall):
+        return _on_call(state, ev, config.for_agent(ev.agent_id))
+    if isinstance(ev, ToolResult):
+        return _on_result(state, ev, config.for_agent(ev.agent_id))
+    if isinstance(ev, RunEnd):
+        return None, ()
+    assert isinstance(ev, CompactionRetry)
+    cfg = config.for_agent(ev.agent_id)
+    if cfg.guard:
+        return replace(state, last_seq=ev.seq, guard_left=cfg.window, guard_window=()), ()
+    return replace(state, last_seq=ev.seq), ()
+
+
+class Rejected(NamedTuple):
+    """An event that could not be applied, in replay order."""
+
+    index: int
+    event: Event
+    error: StaleSeqError
+
+
+def replay_iter(events: Iterable[Event], config: DetectionConfig) -> Iterator[Decision | Rejected]:
+    """Fold a stream of events over per-run states, yielding decisions as produced."""
+    states: dict[str, RunState] = {}
+    for i, ev in enumerate(events):
+        try:
+            new, decisions = apply(states.get(ev.run_id), ev, config)
+        except StaleSeqError as exc:
+            yield Rejected(i, ev, exc)
+            continue
+        if new is None:
+            states.pop(ev.run_id, None)
+        else:
+            states[ev.run_id] = new
+        yield from decisions
+
+
+def replay(events: Iterable[Event], config: DetectionConfig) -> list[Decision]:
+    """Every decision the events yield, in order (rejected events yield none)."""
+    return [d for d in replay_iter(events, config) if isinstance(d, Decision)]

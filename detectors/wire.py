@@ -1,0 +1,120 @@
+"""Wire types of wire-format.md: the events gateways publish and the decisions we answer.
+
+One tagged union on `type`, one module-level decoder. Constraints live on the types so a
+bad event fails at decode with a message naming the field. JSON float literals inside
+free-form values (`params`, `result`, `error`) decode to their JavaScript spelling
+(see canonical.py), which keeps hashing exact and fast.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Union
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from .canonical import js_float_literal
+from .errors import DecodeError
+
+NonEmpty = Annotated[str, Meta(min_length=1)]
+ToolName = Annotated[str, Meta(pattern=r"[^\s\ufeff]")]  # blank after trimming is invalid
+Seq = Annotated[int, Meta(ge=0)]
+
+
+class _Event(Struct, frozen=True, kw_only=True, tag_field="type"):
+    run_id: NonEmpty
+    seq: Seq
+    gateway_id: NonEmpty
+    agent_id: str | None = None
+    session_id: str | None = None
+    ts: int | None = None
+
+
+class ToolCall(_Event, tag="tool_call"):
+    tool_name: ToolName
+    tool_call_id: str | None = None
+    params: Any = UNSET
+    args_hash: str | UnsetType = UNSET
+    known_poll: bool | UnsetType = UNSET
+
+
+class ToolResult(_Event, tag="tool_result"):
+    tool_name: ToolName
+    tool_call_id: str | None = None
+    params: Any = UNSET
+    args_hash: str | UnsetType = UNSET
+    result: Any = UNSET
+    error: Any = UNSET
+    result_hash: str | UnsetType = UNSET
+    unknown_tool_name: str | UnsetType = UNSET
+
+
+class CompactionRetry(_Event, tag="compaction_retry"):
+    pass
+
+
+class RunEnd(_Event, tag="run_end"):
+    pass
+
+
+Event = Union[ToolCall, ToolResult, CompactionRetry, RunEnd]
+
+
+class Decision(Struct, frozen=True, kw_only=True):
+    """The verdict for one event; field order is the wire order."""
+
+    run_id: str
+    seq: int
+    gateway_id: str
+    agent_id: str | None
+    tool_call_id: str | None
+    tool_name: str
+    ts: int | None
+    event_id: str
+    action: str
+    level: str
+    detector: str | None
+    count: int | None
+    message: str | None
+    warning_key: str | None
+    paired_tool_name: str | None
+    args_hash: str | None
+    config_hash: str
+
+
+_decoder = msgspec.json.Decoder(Event, float_hook=js_float_literal)
+_decision_decoder = msgspec.json.Decoder(Decision)
+_encoder = msgspec.json.Encoder()
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def decode_event(data: bytes | str) -> Event:
+    """Decode one event; raise DecodeError naming the problem."""
+    try:
+        return _decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise DecodeError(str(exc)) from None
+    except msgspec.DecodeError as exc:
+        # msgspec refuses a few valid JSON texts (lone surrogate escapes, numbers out of
+        # double range); the standard parser takes those, and the types are checked again.
+        try:
+            obj = json.loads(data, parse_float=js_float_literal, parse_constant=_reject_constant)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raise DecodeError(f"invalid JSON: {exc}") from None
+        try:
+            return msgspec.convert(obj, Event)
+        except msgspec.ValidationError as exc2:
+            raise DecodeError(str(exc2)) from None
+
+
+def encode(obj: Any) -> bytes:
+    """JSON bytes of a wire object (a Decision or an Event)."""
+    return _encoder.encode(obj)
+
+
+def decode_decision(data: bytes | str) -> Decision:
+    return _decision_decoder.decode(data)
