@@ -1,0 +1,1 @@
+"""loopwarden's shell: the Faust app, topics, the gateway client and the CLI."""

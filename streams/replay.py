@@ -1,0 +1,134 @@
+"""`loopwarden replay`: the offline fold over a JSONL file of events."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from typing import BinaryIO, TextIO
+
+from detectors import DetectionConfig, DecodeError, RunState, StaleSeqError, apply, decode_event
+from detectors.wire import encode
+
+DEFAULT_MAX_EVENT_BYTES = 1 << 20
+
+
+class ReplayReport:
+    """What a replay saw: counts by action and detector, and the lines it set aside."""
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.decisions = 0
+        self.bad = 0
+        self.stale = 0
+        self.actions: Counter[str] = Counter()
+        self.detectors: Counter[str] = Counter()
+
+    def as_dict(self) -> dict:
+        return {
+            "events": self.events,
+            "decisions": self.decisions,
+            "bad_lines": self.bad,
+            "stale_seq": self.stale,
+            "actions": dict(sorted(self.actions.items())),
+            "detectors": dict(sorted(self.detectors.items())),
+        }
+
+
+class _Progress:
+    """A progress bar on stderr by bytes read, shown only for a file on a terminal."""
+
+    def __init__(self, total: int | None) -> None:
+        self._bar = None
+        if total and sys.stderr.isatty():
+            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+            self._bar = Progress(
+                "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                console=None, transient=True,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("replaying", total=total)
+
+    def update(self, done: int) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def run_replay(
+    config: DetectionConfig,
+    src: BinaryIO,
+    dst: BinaryIO,
+    errors: TextIO,
+    dead_letter: BinaryIO | None = None,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    total_bytes: int | None = None,
+) -> ReplayReport:
+    """Fold every line of `src` and write the decisions to `dst` as JSONL."""
+    report = ReplayReport()
+    states: dict[str, RunState] = {}
+    progress = _Progress(total_bytes)
+    out: list[bytes] = []
+    seen = 0
+
+    def set_aside(lineno: int, line: bytes, reason: str, detail: str) -> None:
+        errors.write(f"line {lineno}: {reason}: {detail}\n")
+        if dead_letter is not None:
+            record = {"line": lineno, "error": reason, "detail": detail, "value": line.decode("utf-8", "replace")}
+            dead_letter.write(json.dumps(record, ensure_ascii=False).encode() + b"\n")
+
+    try:
+        for lineno, line in enumerate(src, 1):
+            seen += len(line)
+            if lineno % 8192 == 0:
+                progress.update(seen)
+                dst.write(b"".join(out))
+                out.clear()
+            if not line.strip():
+                continue
+            line = line.rstrip(b"\r\n")
+            report.events += 1
+            if len(line) > max_event_bytes:
+                report.bad += 1
+                set_aside(lineno, line, "oversize", f"{len(line)} bytes > limit {max_event_bytes}")
+                continue
+            try:
+                ev = decode_event(line)
+            except DecodeError as exc:
+                report.bad += 1
+                set_aside(lineno, line, exc.reason, str(exc))
+                continue
+            run = ev.run_id
+            try:
+                state, decisions = apply(states.get(run), ev, config)
+            except StaleSeqError as exc:
+                report.stale += 1
+                set_aside(lineno, line, exc.reason, str(exc))
+                continue
+            if state is None:
+                states.pop(run, None)
+            else:
+                states[run] = state
+            for d in decisions:
+                out.append(encode(d) + b"\n")
+                report.decisions += 1
+                report.actions[d.action] += 1
+                if d.detector:
+                    report.detectors[d.detector] += 1
+        dst.write(b"".join(out))
+        dst.flush()
+    finally:
+        progress.close()
+    return report
+
+
+def file_size(path: str) -> int | None:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None

@@ -1,0 +1,50 @@
+"""Every shared scenario through the offline `loopwarden replay` command."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, conformance_dir, scenario_files
+
+CMD = [sys.executable, "-m", "streams.cli", "replay"]
+
+
+def first_difference(expected: list[dict], got: list[dict]) -> str | None:
+    if len(expected) != len(got):
+        return f"{len(got)} decisions, expected {len(expected)}"
+    for i, (e, g) in enumerate(zip(expected, got)):
+        for k, v in e.items():
+            if g.get(k) != v:
+                return f"decision {i} (run {e.get('run_id')} seq {e.get('seq')}): {k}={g.get(k)!r}, expected {v!r}"
+    return None
+
+
+def write_scenario(sc: dict, d) -> tuple:
+    cfg, ev = d / "config.json", d / "events.jsonl"
+    cfg.write_text(json.dumps(sc["config"]))
+    ev.write_text("".join(json.dumps(e) + "\n" for e in sc["events"]))
+    return cfg, ev
+
+
+@pytest.mark.parametrize("path", scenario_files(), ids=lambda p: p.stem)
+def test_scenario_through_replay_command(path, tmp_path):
+    assert path.exists(), f"no conformance scenarios in {conformance_dir()}"
+    sc = json.loads(path.read_text())
+    cfg, ev = write_scenario(sc, tmp_path)
+    out = tmp_path / "decisions.jsonl"
+    p = subprocess.run(CMD + ["--config", str(cfg), "--input", str(ev), "--output", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    got = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
+    assert first_difference(sc["decisions"], got) is None, first_difference(sc["decisions"], got)
+
+
+def test_the_maintainers_checker_agrees():
+    tool = ROOT.parent / "shared" / "tools" / "conformance_check.py"
+    assert tool.exists(), tool
+    p = subprocess.run([sys.executable, str(tool), f"{sys.executable} -m streams.cli replay", str(conformance_dir())],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "scenarios pass" in p.stdout

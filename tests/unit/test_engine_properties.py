@@ -1,0 +1,117 @@
+"""Invariants of the fold, as named predicates checked on generated event streams."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings, strategies as st
+
+from detectors import DetectionConfig, StaleSeqError, apply, decode_event, decode_state, encode, encode_state, fingerprint, replay
+from tests.events import SMALL_CONFIG, interleaved, lines, runs
+
+CONFIG = DetectionConfig(SMALL_CONFIG)
+
+
+def decide(raw_lines, config=CONFIG) -> list[bytes]:
+    return [encode(d) for d in replay([decode_event(x) for x in raw_lines], config)]
+
+
+def per_run(decisions: list[bytes]) -> dict[str, list[bytes]]:
+    out: dict[str, list[bytes]] = {}
+    for d in decisions:
+        out.setdefault(json.loads(d)["run_id"], []).append(d)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs())
+def test_replay_is_deterministic(per):
+    stream = lines([e for evs in per.values() for e in evs])
+    assert decide(stream) == decide(stream)
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs(max_runs=1, max_steps=60), st.data())
+def test_snapshot_and_resume_gives_the_same_decisions(per, data):
+    events = [decode_event(x) for x in lines(next(iter(per.values())))]
+    cut = data.draw(st.integers(0, len(events)))
+    whole = [encode(d) for d in replay(events, CONFIG)]
+    state, got = None, []
+    for i, ev in enumerate(events):
+        if i == cut and state is not None:
+            state = decode_state(encode_state(state))  # what the Faust table stores
+        state, ds = apply(state, ev, CONFIG)
+        got.extend(encode(d) for d in ds)
+    assert got == whole
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs())
+def test_privacy_mode_equals_raw_mode(per):
+    raw = lines([e for evs in per.values() for e in evs])
+    private = [encode(fingerprint(decode_event(x))) for x in raw]
+    assert all(b'"params"' not in p and b'"result"' not in p and b'"error"' not in p for p in private)
+    assert decide(private) == decide(raw)
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs(max_runs=1, max_steps=50), st.data())
+def test_duplicated_events_change_nothing(per, data):
+    events = next(iter(per.values()))
+    if any(e["type"] == "run_end" for e in events):
+        events = events[: next(i for i, e in enumerate(events) if e["type"] == "run_end")]
+    original = decide(lines(events))
+    by_seq = {json.loads(d)["seq"]: d for d in original}
+    # Re-deliver some already-applied events right after later ones.
+    noisy, dups = [], []
+    for i, e in enumerate(events):
+        noisy.append(e)
+        if i and data.draw(st.booleans()):
+            j = data.draw(st.integers(0, i))
+            noisy.append(events[j])
+            dups.append(events[j])
+    got = decide(lines(noisy))
+    fresh, repeated = [], []
+    seen: set[int] = set()
+    for d in got:
+        seq = json.loads(d)["seq"]
+        (repeated if seq in seen else fresh).append(d)
+        seen.add(seq)
+    assert fresh == original
+    assert all(d == by_seq[json.loads(d)["seq"]] for d in repeated)
+    assert len(repeated) == sum(1 for e in dups if e["type"] == "tool_call" and e["seq"] in by_seq)
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs(max_runs=4, max_steps=30), st.data())
+def test_interleaving_runs_keeps_per_run_decisions(per, data):
+    mixed = data.draw(interleaved(per))
+    together = per_run(decide(lines(mixed)))
+    for run, evs in per.items():
+        assert together.get(run, []) == decide(lines(evs))
+
+
+def test_stale_tool_call_that_was_never_applied_is_rejected():
+    ev = lambda seq, t="tool_call": decode_event(json.dumps({  # noqa: E731
+        "type": t, "run_id": "r", "seq": seq, "gateway_id": "g", "tool_name": "read", "result": {}}))
+    state, _ = apply(None, ev(0), CONFIG)
+    state, _ = apply(state, ev(1, "tool_result"), CONFIG)
+    try:
+        apply(state, ev(1), CONFIG)
+    except StaleSeqError as exc:
+        assert "seq 1" in str(exc)
+    else:
+        raise AssertionError("a stale tool_call at a result's seq must be rejected")
+    again, ds = apply(state, ev(0), CONFIG)
+    assert again is state and ds[0].seq == 0
+
+
+def test_state_is_bounded_by_the_config():
+    state = None
+    for seq in range(2000):
+        e = {"type": "tool_call", "run_id": "r", "seq": seq, "gateway_id": "g", "tool_name": "read",
+             "params": {"n": seq % 500}}
+        state, _ = apply(state, decode_event(json.dumps(e)), CONFIG)
+    assert len(state.history) == 8
+    assert len(state.answers) == 64
+    assert len(state.warned) <= 256
