@@ -12,7 +12,7 @@ from .errors import StaleSeqError
 from .fingerprint import call_facts, result_facts
 from .judge import Verdict, judge
 from .messages import message_for
-from .state import EMPTY, MAX_WARNING_KEYS, REMEMBERED_DECISIONS, GuardEntry, Record, RunState
+from .state import EMPTY, Answer, MAX_WARNING_KEYS, REMEMBERED_DECISIONS, GuardEntry, Record, RunState
 from .wire import CompactionRetry, Decision, Event, RunEnd, ToolCall, ToolResult
 
 ABORT = "compaction_loop_persisted"
@@ -51,13 +51,22 @@ def _decision(
     )
 
 
-def _remember(state: RunState, d: Decision) -> tuple[Decision, ...]:
+def _remember(state: RunState, d: Decision) -> tuple[Answer, ...]:
     kept = state.answers[-(REMEMBERED_DECISIONS - 1):] if len(state.answers) >= REMEMBERED_DECISIONS else state.answers
-    return kept + (replace(d, message=None),)
+    a = Answer(d.seq, d.gateway_id, d.agent_id, d.tool_call_id, d.tool_name, d.ts, d.action, d.level, d.detector,
+               d.count, d.warning_key, d.paired_tool_name, d.args_hash, d.config_hash)
+    return kept + (a,)
 
 
-def _with_message(d: Decision) -> Decision:
-    return replace(d, message=message_for(d.action, d.detector, d.tool_name, d.count, d.paired_tool_name))
+def _answer_again(run_id: str, a: Answer) -> Decision:
+    return Decision(
+        run_id=run_id, seq=a.seq, gateway_id=a.gateway_id, agent_id=a.agent_id, tool_call_id=a.tool_call_id,
+        tool_name=a.tool_name, ts=a.ts, event_id=f"{run_id}:{a.seq}", action=a.action, level=a.level,
+        detector=a.detector, count=a.count,
+        message=message_for(a.action, a.detector, a.tool_name, a.count, a.paired_tool_name),
+        warning_key=a.warning_key, paired_tool_name=a.paired_tool_name, args_hash=a.args_hash,
+        config_hash=a.config_hash,
+    )
 
 
 def _append(history: tuple[Record, ...], rec: Record, size: int) -> tuple[Record, ...]:
@@ -135,9 +144,9 @@ def apply(state: RunState | None, ev: Event, config: DetectionConfig) -> tuple[R
         state = EMPTY
     if ev.seq <= state.last_seq:
         if isinstance(ev, ToolCall):
-            for d in reversed(state.answers):
-                if d.seq == ev.seq:
-                    return state, (_with_message(d),)
+            for a in reversed(state.answers):
+                if a.seq == ev.seq:
+                    return state, (_answer_again(ev.run_id, a),)
             raise StaleSeqError(f"stale tool_call: seq {ev.seq} <= last applied seq {state.last_seq} of run {ev.run_id!r}")
         return state, ()
     if isinstance(ev, ToolCall):

@@ -13,14 +13,9 @@ import msgspec
 from msgspec import UNSET
 
 from .canonical import UNDEFINED, canon, digest
-from .wire import ToolCall, ToolResult
+from .wire import JS_WHITESPACE, ToolCall, ToolResult
 
 _ALIASES = {"bash": "exec", "apply-patch": "apply_patch"}
-# JavaScript's String#trim: Unicode white space and line terminators.
-JS_WHITESPACE = (
-    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
-    "\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-)
 _UNKNOWN_TOOL = (
     re.compile(r"unknown tool[:\s]+[\"']?([a-z0-9_.-]+)", re.IGNORECASE | re.ASCII),
     re.compile(r"tool\s+[\"']?([a-z0-9_.-]+)[\"']?\s+(?:not found|is not available)", re.IGNORECASE | re.ASCII),
@@ -38,9 +33,17 @@ _VOLATILE_KEYS = frozenset(
 )
 
 
+_NAMES: dict[str, str] = {}
+
+
 def normalize_tool_name(name: str) -> str:
-    n = name.strip(JS_WHITESPACE).lower()
-    return _ALIASES.get(n, n)
+    n = _NAMES.get(name)
+    if n is None:
+        n = name.strip(JS_WHITESPACE).lower()
+        n = _ALIASES.get(n, n)
+        if len(_NAMES) < 4096:  # a bounded memo of a pure function
+            _NAMES[name] = n
+    return n
 
 
 def _is_number(v: Any) -> bool:

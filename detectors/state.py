@@ -9,7 +9,6 @@ from __future__ import annotations
 import msgspec
 from msgspec import Struct
 
-from .wire import Decision
 
 STATE_VERSION = 1
 MAX_WARNING_KEYS = 256
@@ -32,8 +31,28 @@ class GuardEntry(Struct, frozen=True, array_like=True):
     result_hash: str
 
 
+class Answer(Struct, frozen=True, array_like=True):
+    """A remembered tool-call decision, compact: no run_id, event_id or message, which
+    are rebuilt from the run and the decision's own facts when a duplicate asks again."""
+
+    seq: int
+    gateway_id: str
+    agent_id: str | None
+    tool_call_id: str | None
+    tool_name: str
+    ts: int | None
+    action: str
+    level: str
+    detector: str | None
+    count: int | None
+    warning_key: str | None
+    paired_tool_name: str | None
+    args_hash: str | None
+    config_hash: str
+
+
 class RunState(Struct, frozen=True, kw_only=True):
-    """A run's rolling state. `answers` holds recent tool-call decisions without message."""
+    """A run's rolling state."""
 
     version: int = STATE_VERSION
     last_seq: int = -1
@@ -42,7 +61,7 @@ class RunState(Struct, frozen=True, kw_only=True):
     guard_left: int = 0
     guard_window: tuple[GuardEntry, ...] = ()
     aborted: bool = False
-    answers: tuple[Decision, ...] = ()
+    answers: tuple[Answer, ...] = ()
 
 
 EMPTY = RunState()

@@ -17,8 +17,14 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 from .canonical import js_float_literal
 from .errors import DecodeError
 
+# JavaScript's String#trim: Unicode white space and line terminators.
+JS_WHITESPACE = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+    "\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
 NonEmpty = Annotated[str, Meta(min_length=1)]
-ToolName = Annotated[str, Meta(pattern=r"[^\s\ufeff]")]  # blank after trimming is invalid
+ToolName = Annotated[str, Meta(min_length=1)]  # blank after trimming: refused in decode_event
 Seq = Annotated[int, Meta(ge=0)]
 
 
@@ -95,7 +101,7 @@ def _reject_constant(name: str) -> Any:
 def decode_event(data: bytes | str) -> Event:
     """Decode one event; raise DecodeError naming the problem."""
     try:
-        return _decoder.decode(data)
+        ev = _decoder.decode(data)
     except msgspec.ValidationError as exc:
         raise DecodeError(str(exc)) from None
     except msgspec.DecodeError as exc:
@@ -106,9 +112,13 @@ def decode_event(data: bytes | str) -> Event:
         except (ValueError, UnicodeDecodeError, RecursionError):
             raise DecodeError(f"invalid JSON: {exc}") from None
         try:
-            return msgspec.convert(obj, Event)
+            ev = msgspec.convert(obj, Event)
         except msgspec.ValidationError as exc2:
             raise DecodeError(str(exc2)) from None
+    name = getattr(ev, "tool_name", "x")
+    if not name.strip(JS_WHITESPACE):
+        raise DecodeError("Expected `str` that is not blank after trimming - at `$.tool_name`")
+    return ev
 
 
 def encode(obj: Any) -> bytes:

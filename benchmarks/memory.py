@@ -1,0 +1,86 @@
+"""Bytes of state per active run, for 100,000 runs held at once.
+
+    python -m benchmarks.memory [--runs 100000]
+
+`typical`: each run has applied 40 events of the realistic trace (20 calls and their
+results). `worst_case`: runs driven to every bound at once (full history, 64 remembered
+decisions, 256 warning keys), measured on fewer runs since it is per-run anyway.
+Both report Python heap bytes per run (tracemalloc) and the encoded size a Faust
+changelog message carries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import tracemalloc
+
+from benchmarks.trace import CONFIG, _run_events
+from detectors import apply, decode_event, encode_state, load_config
+
+config = load_config(json.dumps(CONFIG))
+
+
+def typical_states(n: int) -> dict:
+    rng = random.Random(3)
+    states = {}
+    for i in range(n):
+        run = f"run-{i:06d}"
+        state = None
+        for k, ev in enumerate(_run_events(rng, run, f"gw-{i % 16}", 20, None)):
+            if ev["type"] == "run_end":
+                break
+            state, _ = apply(state, decode_event(json.dumps(ev)), config)
+        states[run] = state
+    return states
+
+
+def worst_states(n: int) -> dict:
+    states = {}
+    for i in range(n):
+        run = f"worst-{i:05d}"
+        state = None
+        for seq in range(3600):  # 300 signatures, each called 12 times in a row: every bound is reached
+            e = {"type": "tool_call", "run_id": run, "seq": seq, "gateway_id": "gw-01", "tool_name": "read",
+                 "tool_call_id": f"{run}-{seq}", "params": {"path": f"/p/{seq // 12}"}}
+            state, _ = apply(state, decode_event(json.dumps(e)), config)
+        states[run] = state
+    return states
+
+
+def measure(build, n: int) -> dict:
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    states = build(n)
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    sample = list(states.values())[: min(n, 1000)]
+    s0 = sample[0]
+    return {
+        "runs": n,
+        "heap_bytes_per_run": round((after - before) / n),
+        "encoded_bytes_per_run": round(sum(len(encode_state(s)) for s in sample) / len(sample)),
+        "history": len(s0.history),
+        "remembered_decisions": len(s0.answers),
+        "warning_keys": len(s0.warned),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=100_000)
+    ap.add_argument("--worst-runs", type=int, default=2_000)
+    args = ap.parse_args()
+    print(json.dumps({
+        "benchmark": "memory",
+        "typical": measure(typical_states, args.runs),
+        "worst_case": measure(worst_states, args.worst_runs),
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
