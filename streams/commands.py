@@ -3,7 +3,138 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from . import settings as settings_mod
+
+
+def _worker_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("kafka (each also LOOPWARDEN_<NAME>, e.g. LOOPWARDEN_BOOTSTRAP)")
+    g.add_argument("--bootstrap", help="broker host:port (default 127.0.0.1:9092)")
+    g.add_argument("--topic-prefix", help="prefix of every topic name (default 'loopwarden.')")
+    g.add_argument("--partitions", type=int, help="partitions of the topics (default 8)")
+    g.add_argument("--replication", type=int, help="replication factor of created topics (default 1)")
+    g.add_argument("--security-protocol", help="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+    g.add_argument("--sasl-mechanism", help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+    g.add_argument("--sasl-username")
+    g.add_argument("--sasl-password")
+    g.add_argument("--ssl-cafile")
+
+
+def _settings(args: argparse.Namespace) -> settings_mod.Settings:
+    return settings_mod.build(vars(args))
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from .app import run_worker
+
+    run_worker(_settings(args))
+    return 0
+
+
+async def create_topics(s: settings_mod.Settings) -> list[str]:
+    """Create the events, decisions, dead-letter and changelog topics; existing ones are kept."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import TopicAlreadyExistsError
+
+    specs = [
+        (s.events_topic, "delete"), (s.decisions_topic, "delete"), (s.deadletter_topic, "delete"),
+        (s.changelog_topic, "compact"),
+    ]
+    admin = AIOKafkaAdminClient(**s.kafka_kwargs())
+    await admin.start()
+    created = []
+    try:
+        existing = set(await admin.list_topics())
+        todo = [NewTopic(n, s.partitions, s.replication, topic_configs={"cleanup.policy": c})
+                for n, c in specs if n not in existing]
+        if todo:
+            try:
+                await admin.create_topics(todo)
+            except TopicAlreadyExistsError:
+                pass
+            created = [t.name for t in todo]
+    finally:
+        await admin.close()
+    return created
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    s = _settings(args)
+    created = asyncio.run(create_topics(s))
+    names = [s.events_topic, s.decisions_topic, s.deadletter_topic, s.changelog_topic]
+    if args.json:
+        print(json.dumps({"created": created, "topics": names}))
+    else:
+        for n in names:
+            print(f"{n}: {'created' if n in created else 'exists'}")
+    return 0
+
+
+def cmd_kafka(args: argparse.Namespace) -> int:
+    from . import localkafka
+
+    workdir = Path(args.dir)
+    if args.action == "fetch":
+        print(localkafka.fetch(quiet=False))
+    elif args.action == "start":
+        b = localkafka.start(workdir, port=args.port, heap=args.heap)
+        print(b.bootstrap)
+    elif args.action == "stop":
+        state = workdir / "broker.json"
+        if not state.exists():
+            print(f"no broker recorded in {state}", file=sys.stderr)
+            return 0
+        localkafka.stop(localkafka.Broker.from_file(state))
+        print("stopped")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(args)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    return None
+    w = sub.add_parser("worker", help="run a stream worker (Faust) that decides every event on Kafka",
+                       description="Consume the events topic, keep each run's state in a changelog-backed "
+                       "table, publish decisions keyed by gateway_id. Metrics at /metrics, health at /health.")
+    _worker_flags(w)
+    w.add_argument("--config", help="detection config file, JSON or JSON5")
+    w.add_argument("--web-port", type=int, help="port of /metrics and /health (default 6066)")
+    w.add_argument("--web-host", help="address of /metrics and /health (default 127.0.0.1)")
+    w.add_argument("--data-dir", help="Faust's working folder (default .loopwarden-data)")
+    w.add_argument("--max-event-bytes", type=int, help="larger events go to the dead-letter topic (default 1 MiB)")
+    w.add_argument("--batch-max", type=int, help="most events folded in one batch (default 500)")
+    w.add_argument("--batch-within-ms", type=float, help="longest wait to fill a batch (default 2 ms)")
+    w.add_argument("--producer-linger-ms", type=float, help="producer linger (default 5 ms)")
+    w.add_argument("--log-level", help="debug, info, warning (default), error")
+    w.set_defaults(func=cmd_worker)
+
+    t = sub.add_parser("topics", help="create the topics with the right keys and cleanup policies")
+    t.add_argument("action", choices=["create"])
+    _worker_flags(t)
+    t.add_argument("--json", action="store_true", help="print the result as JSON")
+    t.set_defaults(func=cmd_topics)
+
+    k = sub.add_parser("kafka", help="a local single-node Kafka broker for development and tests (no Docker)",
+                       description="fetch: download the broker jars with Maven (once). start: format a fresh "
+                       "KRaft storage in --dir and start the broker; prints its bootstrap address. stop: stop it.")
+    k.add_argument("action", choices=["fetch", "start", "stop"])
+    k.add_argument("--dir", default=".kafka", help="where the broker keeps its files (default .kafka)")
+    k.add_argument("--port", type=int, help="listener port (default: a free one)")
+    k.add_argument("--heap", default="384m", help="JVM heap (default 384m)")
+    k.set_defaults(func=cmd_kafka)
+
+    d = sub.add_parser("demo", help="start a local broker, a worker and a short demo fleet; show decisions live",
+                       description="The whole pipeline on this machine: a local Kafka broker, one worker, "
+                       "gateways that run normal and looping agents; a live table of decisions; then "
+                       "everything is stopped.")
+    d.add_argument("--seconds", type=float, default=20.0, help="how long the fleet runs (default 20)")
+    d.add_argument("--gateways", type=int, default=3, help="gateways in the fleet (default 3)")
+    d.add_argument("--bootstrap", help="use this broker instead of starting a local one")
+    d.set_defaults(func=cmd_demo)

@@ -1,0 +1,26 @@
+"""Prometheus metrics of one worker, in a registry of its own (no global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.events = Counter("loopwarden_events", "Events consumed, by type", ["type"], registry=r)
+        self.decisions = Counter(
+            "loopwarden_decisions", "Decisions published, by action and detector", ["action", "detector"], registry=r
+        )
+        self.dead_letters = Counter("loopwarden_dead_letters", "Events sent to the dead-letter topic, by reason",
+                                    ["reason"], registry=r)
+        self.latency = Histogram(
+            "loopwarden_processing_seconds", "From an event's Kafka timestamp to its decision being queued",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5), registry=r,
+        )
+        self.batch = Histogram("loopwarden_batch_events", "Events per processed batch",
+                               buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000), registry=r)
+        self.lag = Gauge("loopwarden_consumer_lag", "Messages not yet processed, by partition", ["partition"],
+                         registry=r)
+        self.runs = Gauge("loopwarden_active_runs", "Runs with state in this worker's table", registry=r)

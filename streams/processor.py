@@ -1,0 +1,120 @@
+"""One batch of event messages in, decisions and dead letters out (the agent's body).
+
+Kept apart from Faust so the batching logic reads on its own: decode, fold each run's
+state once per batch, write each touched run once, publish the batch's decisions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Iterable, NamedTuple
+
+from detectors import DetectionConfig, EventError, RunState, apply, decode_event, decode_state, encode_state
+from detectors.errors import DecodeError, OversizeError
+from detectors.wire import Decision, encode
+
+from .metrics import Metrics
+
+log = logging.getLogger("loopwarden.worker")
+
+
+class Incoming(NamedTuple):
+    key: bytes | None
+    value: bytes
+    topic: str
+    partition: int
+    offset: int
+    timestamp: float | None  # seconds
+
+
+class DeadLetter(NamedTuple):
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+
+class KeyMismatch(EventError):
+    reason = "key_mismatch"
+
+
+def dead_letter(msg: Incoming, err: EventError) -> DeadLetter:
+    return DeadLetter(msg.key, msg.value, [
+        ("loopwarden.error", err.reason.encode()),
+        ("loopwarden.detail", str(err).encode("utf-8", "replace")[:2000]),
+        ("loopwarden.source.topic", msg.topic.encode()),
+        ("loopwarden.source.partition", str(msg.partition).encode()),
+        ("loopwarden.source.offset", str(msg.offset).encode()),
+    ])
+
+
+_MISSING = object()
+
+
+class BatchResult(NamedTuple):
+    decisions: list[Decision]
+    dead: list[DeadLetter]
+    writes: dict[bytes, bytes | None]  # run key -> new encoded state, None: delete
+
+
+def process_batch(
+    messages: Iterable[Incoming],
+    load: Callable[[bytes], bytes | None],
+    config: DetectionConfig,
+    max_event_bytes: int,
+    metrics: Metrics | None = None,
+) -> BatchResult:
+    """Fold a batch; `load(key)` reads a run's stored state. Never raises for bad input."""
+    states: dict[bytes, Any] = {}
+    dirty: set[bytes] = set()
+    decisions: list[Decision] = []
+    dead: list[DeadLetter] = []
+    for msg in messages:
+        try:
+            if len(msg.value) > max_event_bytes:
+                raise OversizeError(f"{len(msg.value)} bytes > limit {max_event_bytes}")
+            ev = decode_event(msg.value)
+            key = ev.run_id.encode()
+            if msg.key is not None and msg.key != key:
+                raise KeyMismatch(f"message key {msg.key[:200]!r} is not the event's run_id {ev.run_id[:200]!r}")
+            state = states.get(key, _MISSING)
+            if state is _MISSING:
+                state = _load_state(load, key)
+            new, ds = apply(state, ev, config)
+        except EventError as exc:
+            dead.append(dead_letter(msg, exc))
+            if metrics:
+                metrics.dead_letters.labels(exc.reason).inc()
+            continue
+        if metrics:
+            metrics.events.labels(type(ev).__name__).inc()
+        if new is not state:
+            states[key] = new
+            dirty.add(key)
+        decisions.extend(ds)
+    writes = {k: (None if states[k] is None else encode_state(states[k])) for k in dirty}
+    return BatchResult(decisions, dead, writes)
+
+
+def _load_state(load: Callable[[bytes], bytes | None], key: bytes) -> RunState | None:
+    raw = load(key)
+    if raw is None:
+        return None
+    try:
+        return decode_state(raw)
+    except Exception as exc:  # a corrupt or too-new record must not stop the worker
+        log.error("dropping unreadable state of run %r: %s", key, exc)
+        return None
+
+
+def observe(metrics: Metrics, batch: list[Incoming], decisions: list[Decision]) -> None:
+    now = time.time()
+    metrics.batch.observe(len(batch))
+    for m in batch:
+        if m.timestamp:
+            metrics.latency.observe(max(0.0, now - m.timestamp))
+    for d in decisions:
+        metrics.decisions.labels(d.action, d.detector or "none").inc()
+
+
+__all__ = ["BatchResult", "DeadLetter", "Incoming", "KeyMismatch", "DecodeError", "encode", "process_batch"]

@@ -1,0 +1,115 @@
+"""Worker settings: a frozen object layered defaults < environment (LOOPWARDEN_*) < flags.
+
+Only this module reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping
+
+from .errors import SettingsError
+
+ENV_PREFIX = "LOOPWARDEN_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    bootstrap: str = "127.0.0.1:9092"
+    topic_prefix: str = "loopwarden."
+    partitions: int = 8
+    replication: int = 1
+    config: str | None = None  # detection config file (JSON or JSON5)
+    max_event_bytes: int = 1 << 20
+    batch_max: int = 500
+    batch_within_ms: float = 2.0
+    producer_linger_ms: float = 5.0
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    data_dir: str = ".loopwarden-data"
+    log_level: str = "warning"
+    # Kafka security, passed through to Faust and aiokafka.
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    @property
+    def events_topic(self) -> str:
+        return f"{self.topic_prefix}events"
+
+    @property
+    def decisions_topic(self) -> str:
+        return f"{self.topic_prefix}decisions"
+
+    @property
+    def deadletter_topic(self) -> str:
+        return f"{self.topic_prefix}deadletter"
+
+    @property
+    def app_id(self) -> str:
+        return f"{self.topic_prefix}worker"
+
+    @property
+    def changelog_topic(self) -> str:
+        return f"{self.app_id}-runs-changelog"
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if "SSL" not in self.security_protocol:
+            return None
+        ctx = ssl.create_default_context(cafile=self.ssl_cafile)
+        if self.ssl_certfile:
+            ctx.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+        return ctx
+
+    def kafka_kwargs(self) -> dict[str, Any]:
+        """Connection arguments for aiokafka clients (producers, consumers, admin)."""
+        kw: dict[str, Any] = {"bootstrap_servers": self.bootstrap, "security_protocol": self.security_protocol}
+        if "SASL" in self.security_protocol:
+            kw.update(sasl_mechanism=self.sasl_mechanism, sasl_plain_username=self.sasl_username,
+                      sasl_plain_password=self.sasl_password)
+        ctx = self.ssl_context()
+        if ctx is not None:
+            kw["ssl_context"] = ctx
+        return kw
+
+
+def _coerce(name: str, typ: Any, raw: str) -> Any:
+    t = str(typ)
+    try:
+        if t == "int":
+            return int(raw)
+        if t == "float":
+            return float(raw)
+    except ValueError:
+        raise SettingsError(f"{ENV_PREFIX}{name.upper()}={raw!r} is not a number") from None
+    return raw
+
+
+def from_env(base: Settings, env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    changes = {}
+    for f in fields(Settings):
+        key = ENV_PREFIX + f.name.upper()
+        if key in env and env[key] != "":
+            changes[f.name] = _coerce(f.name, f.type, env[key])
+    return replace(base, **changes)
+
+
+def build(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """defaults < environment < flags (flags that are None are not given)."""
+    s = from_env(Settings(), env)
+    given = {k: v for k, v in (flags or {}).items() if v is not None and k in {f.name for f in fields(Settings)}}
+    s = replace(s, **given)
+    if s.partitions < 1:
+        raise SettingsError(f"partitions must be at least 1, got {s.partitions}")
+    if s.max_event_bytes < 1:
+        raise SettingsError(f"max_event_bytes must be positive, got {s.max_event_bytes}")
+    if s.security_protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        raise SettingsError(f"security_protocol {s.security_protocol!r} is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL")
+    return s
