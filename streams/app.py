@@ -59,6 +59,8 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
         consumer_auto_offset_reset="earliest",
         producer_linger=settings.producer_linger_ms / 1000.0,
         producer_acks=-1,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
         web_enabled=True,
         web_bind=settings.web_host,
         web_host=settings.web_host,
@@ -74,8 +76,9 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
     # Keyed by run_id bytes, the events' key. A batch mixes partitions, so the changelog
     # partition comes from the producer's partitioner (murmur2 of the key, as for events),
     # not from Faust's "current event", which in a batch is only the last one.
-    raw = faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
-    runs = app.Table("runs", default=None, schema=raw, partitions=settings.partitions, use_partitioner=True)
+    # bytes keys and values make Faust pick its "raw" codec for writes and for recovery.
+    runs = app.Table("runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions,
+                     use_partitioner=True)
     progress: dict[int, int] = {}
 
     @app.agent(events, concurrency=1)

@@ -113,6 +113,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--batch-within-ms", type=float, help="longest wait to fill a batch (default 2 ms)")
     w.add_argument("--producer-linger-ms", type=float, help="producer linger (default 5 ms)")
     w.add_argument("--log-level", help="debug, info, warning (default), error")
+    w.add_argument("--session-timeout-s", type=float,
+                   help="consumer session timeout: how soon a dead worker's partitions move (default 30)")
     w.set_defaults(func=cmd_worker)
 
     t = sub.add_parser("topics", help="create the topics with the right keys and cleanup policies")

@@ -30,6 +30,7 @@ class Settings:
     web_port: int = 6066
     data_dir: str = ".loopwarden-data"
     log_level: str = "warning"
+    session_timeout_s: float = 30.0  # how soon a dead worker's partitions move to the others
     # Kafka security, passed through to Faust and aiokafka.
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = "PLAIN"

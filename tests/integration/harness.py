@@ -34,7 +34,7 @@ class WorkerProcess:
     """`loopwarden worker` as a real child process."""
 
     def __init__(self, bootstrap: str, prefix: str, config: dict | None, tmp: Path, partitions: int = 8,
-                 name: str = "w") -> None:
+                 name: str = "w", extra: tuple[str, ...] = ()) -> None:
         self.tmp = tmp
         self.port = free_port()
         self.log = tmp / f"worker-{name}-{self.port}.log"
@@ -42,7 +42,7 @@ class WorkerProcess:
         cfg.write_text(json.dumps(config or {}))
         self.cmd = [sys.executable, "-m", "streams.cli", "worker", "--bootstrap", bootstrap, "--topic-prefix", prefix,
                     "--partitions", str(partitions), "--config", str(cfg), "--web-port", str(self.port),
-                    "--data-dir", str(tmp / f"data-{name}"), "--log-level", "info"]
+                    "--data-dir", str(tmp / f"data-{name}"), "--log-level", "info", "--session-timeout-s", "6", *extra]
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 

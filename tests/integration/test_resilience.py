@@ -1,0 +1,144 @@
+"""Bad input goes to the dead-letter topic; several workers and a killed worker change
+no decision."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import pytest
+
+from benchmarks.trace import generate
+from detectors import DetectionConfig, decode_event, encode, replay
+from tests.integration.harness import (
+    WorkerProcess, consume, decisions_by_partition, event_records, new_prefix, produce, setup_topics,
+)
+
+CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}}
+pytestmark = pytest.mark.integration
+
+
+def call(run: str, seq: int, **kw) -> dict:
+    return {"type": "tool_call", "run_id": run, "seq": seq, "gateway_id": "gw-1", "tool_name": "read",
+            "params": {"path": "/a"}, **kw}
+
+
+def offline(events: list[dict]) -> list[dict]:
+    cfg = DetectionConfig(CONFIG)
+    return [json.loads(encode(d)) for d in replay([decode_event(json.dumps(e)) for e in events], cfg)]
+
+
+def by_run(decisions) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for d in decisions:
+        out.setdefault(d["run_id"], []).append(d)
+    return out
+
+
+def dedupe(decisions: list[dict]) -> list[dict]:
+    """Decisions are idempotent by event_id: a repeat must be identical, and is dropped."""
+    seen: dict[str, dict] = {}
+    out = []
+    for d in decisions:
+        first = seen.setdefault(d["event_id"], d)
+        if first is d:
+            out.append(d)
+        else:
+            assert first == d, f"two different decisions for {d['event_id']}"
+    return out
+
+
+def test_bad_input_goes_to_the_dead_letter_topic(bootstrap, tmp_path, workers):
+    prefix = new_prefix()
+    s = setup_topics(bootstrap, prefix)
+    w = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path, extra=("--max-event-bytes", "65536"))
+    workers.append(w)
+    w.start()
+    pid = w.proc.pid
+    good = [call("r-bad", i) for i in range(6)]
+    bad = [
+        (b"r-bad", b"{not json"),
+        (b"r-bad", b"[1, 2, 3]"),
+        (b"r-bad", json.dumps({k: v for k, v in call("r-bad", 9).items() if k != "run_id"}).encode()),
+        (b"r-bad", json.dumps(call("r-bad", "seven")).encode()),
+        (b"r-bad", json.dumps(call("r-bad", 8, params={"blob": "x" * 100_000})).encode()),
+    ]
+    records = []
+    for i, e in enumerate(good):
+        records.append((b"r-bad", json.dumps(e).encode()))
+        if i < len(bad):
+            records.append(bad[i])
+    produce(bootstrap, s.events_topic, records)
+    dead = consume(bootstrap, s.deadletter_topic, len(bad), timeout=60)
+    decided = consume(bootstrap, s.decisions_topic, len(good), timeout=30)
+    assert sorted(m.value for m in dead) == sorted(v for _, v in bad)
+    reasons = {}
+    for m in dead:
+        h = {k: v.decode() for k, v in m.headers}
+        assert h["loopwarden.source.topic"] == s.events_topic
+        assert int(h["loopwarden.source.offset"]) >= 0 and h["loopwarden.source.partition"].isdigit()
+        reasons[m.value] = (h["loopwarden.error"], h["loopwarden.detail"])
+    assert reasons[b"{not json"][0] == "decode_error"
+    assert "run_id" in reasons[bad[2][1]][1]
+    assert "$.seq" in reasons[bad[3][1]][1]
+    assert reasons[bad[4][1]][0] == "oversize"
+    got = [json.loads(m.value) for m in decided]
+    assert got == offline(good)
+    assert w.alive() and w.proc.pid == pid and w.starts == 1
+    assert 'loopwarden_dead_letters_total{reason="decode_error"} 4.0' in w.metrics()
+
+
+def trace(n: int, seed: int) -> list[dict]:
+    return [json.loads(x) for x in generate(n, seed=seed, concurrent=60)]
+
+
+def test_two_workers_decide_as_one(bootstrap, tmp_path, workers):
+    events = trace(3000, seed=11)
+    expected = by_run(offline(events))
+    results = []
+    for n_workers in (1, 2):
+        prefix = new_prefix()
+        s = setup_topics(bootstrap, prefix, partitions=8)
+        ws = [WorkerProcess(bootstrap, prefix, CONFIG, tmp_path, name=f"{n_workers}-{i}") for i in range(n_workers)]
+        workers.extend(ws)
+        for w in ws:
+            w.start(wait=False)
+        for w in ws:
+            w.wait_healthy()
+        time.sleep(3 if n_workers > 1 else 0)  # let the group settle on two members
+        produce(bootstrap, s.events_topic, event_records(events))
+        want = sum(len(v) for v in expected.values())
+        msgs = consume(bootstrap, s.decisions_topic, want, timeout=120, settle=2)
+        got = dedupe([d for part in decisions_by_partition(msgs).values() for d in part])
+        assert by_run(got) == expected, f"{n_workers} worker(s)"
+        results.append(by_run(got))
+        if n_workers == 2:
+            assert all(w.alive() for w in ws)
+            counted = [w.metrics() for w in ws]
+            assert all("loopwarden_events_total" in m for m in counted), "both workers took partitions"
+        for w in ws:
+            w.stop()
+    assert results[0] == results[1]
+
+
+def test_killed_worker_resumes_from_the_changelog(bootstrap, tmp_path, workers):
+    events = trace(4000, seed=5)
+    expected = offline(events)
+    prefix = new_prefix()
+    s = setup_topics(bootstrap, prefix)
+    w = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path)
+    workers.append(w)
+    w.start()
+    half = len(events) // 2
+    produce(bootstrap, s.events_topic, event_records(events[:half]))
+    want_first = len(offline(events[:half]))
+    consume(bootstrap, s.decisions_topic, random.Random(1).randrange(want_first // 2, want_first), timeout=60,
+            settle=0)
+    w.kill()  # SIGKILL, mid-stream or just after
+    w.start()
+    produce(bootstrap, s.events_topic, event_records(events[half:]))
+    msgs = consume(bootstrap, s.decisions_topic, len(expected), timeout=120, settle=3)
+    got = dedupe([d for part in decisions_by_partition(msgs).values() for d in part])
+    assert by_run(got) == by_run(expected)
+    assert w.starts == 2 and w.alive()
