@@ -67,7 +67,7 @@ class RunEnd(_Event, tag="run_end"):
 Event = Union[ToolCall, ToolResult, CompactionRetry, RunEnd]
 
 
-class Decision(Struct, frozen=True, kw_only=True):
+class Decision(Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The verdict for one event; field order is the wire order."""
 
     run_id: str
@@ -87,10 +87,12 @@ class Decision(Struct, frozen=True, kw_only=True):
     paired_tool_name: str | None
     args_hash: str | None
     config_hash: str
+    degraded: bool = False  # set only by a client that gave up waiting (never by a worker)
 
 
 _decoder = msgspec.json.Decoder(Event, float_hook=js_float_literal)
 _decision_decoder = msgspec.json.Decoder(Decision)
+_value_decoder = msgspec.json.Decoder(float_hook=js_float_literal)
 _encoder = msgspec.json.Encoder()
 
 
@@ -124,6 +126,11 @@ def decode_event(data: bytes | str) -> Event:
 def encode(obj: Any) -> bytes:
     """JSON bytes of a wire object (a Decision or an Event)."""
     return _encoder.encode(obj)
+
+
+def decode_value(data: bytes | str) -> Any:
+    """A free-form JSON value as events carry it (floats in their JavaScript spelling)."""
+    return _value_decoder.decode(data)
 
 
 def decode_decision(data: bytes | str) -> Decision:

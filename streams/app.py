@@ -133,7 +133,14 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
 
 def run_worker(settings: Settings) -> None:
     """Run one worker until SIGTERM/SIGINT (no spinner, plain log lines)."""
+    import asyncio
+
+    from .commands import create_topics
+
     app = create_app(settings)
+    created = asyncio.run(create_topics(settings))  # idempotent: a fresh cluster needs no extra step
+    if created:
+        log.warning("created topics %s", ", ".join(created))
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
     worker.spinner = None
     worker.execute_from_commandline()

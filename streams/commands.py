@@ -99,6 +99,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from .simulate import main_simulate
+
+    return main_simulate(_settings(args), args)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     w = sub.add_parser("worker", help="run a stream worker (Faust) that decides every event on Kafka",
                        description="Consume the events topic, keep each run's state in a changelog-backed "
@@ -131,6 +137,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--port", type=int, help="listener port (default: a free one)")
     k.add_argument("--heap", default="384m", help="JVM heap (default 384m)")
     k.set_defaults(func=cmd_kafka)
+
+    sm = sub.add_parser("simulate", help="drive a fleet of gateways with normal and looping agents",
+                        description="N gateways keep M runs each going (normal agents and every kind of loop) "
+                        "against running workers; prints live progress, then latency, throughput, recall per "
+                        "detector and normal runs wrongly flagged as JSON. Exit 4 when a loop was missed or a "
+                        "normal run was flagged.")
+    _worker_flags(sm)
+    sm.add_argument("--gateways", type=int, default=8, help="gateways (default 8)")
+    sm.add_argument("--runs", type=int, default=4, help="concurrent runs per gateway (default 4)")
+    sm.add_argument("--seconds", type=float, default=60, help="how long new runs are started (default 60)")
+    sm.add_argument("--loop-share", type=float, default=0.3, help="share of runs that loop (default 0.3)")
+    sm.add_argument("--think-ms", default="5:50", help="think time range per call, LO:HI ms (default 5:50)")
+    sm.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for a decision (default 5)")
+    sm.add_argument("--seed", type=int, default=1)
+    sm.add_argument("--quiet", action="store_true", help="no live progress line")
+    sm.set_defaults(func=cmd_simulate)
 
     d = sub.add_parser("demo", help="start a local broker, a worker and a short demo fleet; show decisions live",
                        description="The whole pipeline on this machine: a local Kafka broker, one worker, "

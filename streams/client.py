@@ -1,0 +1,225 @@
+"""The gateway side: one `await client.check(...)` before each tool call.
+
+    async with GatewayClient("127.0.0.1:9092", gateway_id="gw-1") as client:
+        d = await client.check(run_id, "read", {"path": "a"})
+        if d.action == "block": ...
+        await client.result(run_id, "read", {"path": "a"}, result={...})
+
+Events are numbered per run (`seq`) and produced with an idempotent producer (acks=all),
+keyed by run_id. The client reads only its own partition of the decisions topic (the
+partition of its gateway_id under Kafka's default partitioner) and resolves one future
+per (run_id, seq). Privacy mode (the default) hashes params and results here and sends
+no raw payload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.partitioner import murmur2
+from msgspec import UNSET
+
+from detectors.errors import LoopwardenError
+from detectors.fingerprint import fingerprint
+from detectors.wire import (
+    CompactionRetry, Decision, RunEnd, ToolCall, ToolResult, decode_decision, decode_value, encode,
+)
+
+from .settings import Settings, build
+
+FAIL_OPEN = "fail-open"
+FAIL_CLOSED = "fail-closed"
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner (murmur2) picks for a key."""
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+class GatewayClient:
+    """An async context manager; see the module docstring."""
+
+    def __init__(
+        self,
+        bootstrap: str | None = None,
+        gateway_id: str = "gateway",
+        *,
+        settings: Settings | None = None,
+        timeout_s: float = 2.0,
+        policy: str = FAIL_OPEN,
+        privacy: bool = True,
+        agent_id: str | None = None,
+    ) -> None:
+        if policy not in (FAIL_OPEN, FAIL_CLOSED):
+            raise LoopwardenError(f"policy must be {FAIL_OPEN!r} or {FAIL_CLOSED!r}, got {policy!r}")
+        if not gateway_id:
+            raise LoopwardenError("gateway_id must not be empty")
+        self.settings = settings or build({"bootstrap": bootstrap})
+        if bootstrap and settings:
+            self.settings = replace(settings, bootstrap=bootstrap)
+        self.gateway_id = gateway_id
+        self.timeout_s = timeout_s
+        self.policy = policy
+        self.privacy = privacy
+        self.agent_id = agent_id
+        self._seq: dict[str, int] = {}
+        self._waiting: dict[tuple[str, int], asyncio.Future] = {}
+        self._seen: dict[str, None] = {}
+        self.aborted: dict[str, Decision] = {}
+        self.degraded = 0
+        self.duplicates = 0
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._reader: asyncio.Task | None = None
+
+    async def __aenter__(self) -> "GatewayClient":
+        s = self.settings
+        kw = s.kafka_kwargs()
+        self._producer = AIOKafkaProducer(acks="all", enable_idempotence=True, linger_ms=0, **kw)
+        self._consumer = AIOKafkaConsumer(enable_auto_commit=False, auto_offset_reset="latest",
+                                          fetch_max_wait_ms=100, **kw)
+        try:
+            await self._producer.start()
+            await self._consumer.start()
+            await self._subscribe()
+        except BaseException:
+            await self.__aexit__()
+            raise
+        self._reader = asyncio.create_task(self._read(), name=f"loopwarden-decisions-{self.gateway_id}")
+        return self
+
+    async def _subscribe(self) -> None:
+        assert self._consumer is not None
+        s = self.settings
+        parts = await self._partitions(s.decisions_topic)
+        tp = TopicPartition(s.decisions_topic, partition_for(self.gateway_id, parts))
+        self.partition = tp.partition
+        self._consumer.assign([tp])
+        await self._consumer.seek_to_end(tp)
+        await self._consumer.position(tp)  # resolve now: nothing sent after this is missed
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._reader:
+            self._reader.cancel()
+            try:
+                await self._reader
+            except (asyncio.CancelledError, Exception):
+                pass
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.cancel()
+        if self._consumer:
+            await self._consumer.stop()
+            self._consumer = None
+        if self._producer:
+            await self._producer.stop()
+            self._producer = None
+
+    async def _partitions(self, topic: str) -> int:
+        assert self._consumer is not None
+        for _ in range(50):
+            parts = self._consumer.partitions_for_topic(topic)
+            if parts:
+                return len(parts)
+            await self._consumer._client.force_metadata_update()
+            await asyncio.sleep(0.1)
+        raise LoopwardenError(f"topic {topic} does not exist; run `loopwarden topics create` first")
+
+    async def _read(self) -> None:
+        assert self._consumer is not None
+        while True:
+            batches = await self._consumer.getmany(timeout_ms=1000)
+            for msgs in batches.values():
+                for m in msgs:
+                    self._deliver(m.value)
+
+    def _deliver(self, value: bytes) -> None:
+        try:
+            d = decode_decision(value)
+        except Exception:
+            return
+        if d.gateway_id != self.gateway_id:
+            return  # another gateway sharing this partition
+        if d.event_id in self._seen:
+            self.duplicates += 1
+            return
+        self._seen[d.event_id] = None
+        if len(self._seen) > 100_000:
+            del self._seen[next(iter(self._seen))]
+        if d.action == "abort":
+            self.aborted[d.run_id] = d
+        fut = self._waiting.pop((d.run_id, d.seq), None)
+        if fut is not None and not fut.done():
+            fut.set_result(d)
+
+    def _next_seq(self, run_id: str) -> int:
+        seq = self._seq.get(run_id, 0)
+        self._seq[run_id] = seq + 1
+        return seq
+
+    async def _send(self, ev: Any) -> None:
+        assert self._producer is not None, "use GatewayClient as `async with`"
+        if self.privacy:
+            ev = fingerprint(ev)
+        await self._producer.send(self.settings.events_topic, key=ev.run_id.encode(), value=encode(ev))
+
+    async def check(self, run_id: str, tool_name: str, params: Any = UNSET, tool_call_id: str | None = None,
+                    agent_id: str | None = None) -> Decision:
+        """Publish a tool_call and wait for its decision (or apply the timeout policy)."""
+        seq = self._next_seq(run_id)
+        ev = ToolCall(run_id=run_id, seq=seq, gateway_id=self.gateway_id, agent_id=agent_id or self.agent_id,
+                      ts=int(time.time() * 1000), tool_name=tool_name, tool_call_id=tool_call_id,
+                      params=_wire(params))
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting[(run_id, seq)] = fut
+        await self._send(ev)
+        try:
+            return await asyncio.wait_for(fut, self.timeout_s)
+        except asyncio.TimeoutError:
+            self._waiting.pop((run_id, seq), None)
+            self.degraded += 1
+            return self._fallback(ev)
+
+    def _fallback(self, ev: ToolCall) -> Decision:
+        closed = self.policy == FAIL_CLOSED
+        return Decision(
+            run_id=ev.run_id, seq=ev.seq, gateway_id=ev.gateway_id, agent_id=ev.agent_id,
+            tool_call_id=ev.tool_call_id, tool_name=ev.tool_name, ts=ev.ts, event_id=f"{ev.run_id}:{ev.seq}",
+            action="block" if closed else "allow", level="none", detector=None, count=None,
+            message=f"loopwarden gave no decision within {self.timeout_s:g}s; "
+                    + ("blocked (fail-closed)" if closed else "allowed (fail-open)"),
+            warning_key=None, paired_tool_name=None, args_hash=None, config_hash="", degraded=True,
+        )
+
+    async def result(self, run_id: str, tool_name: str, params: Any = UNSET, *, result: Any = UNSET,
+                     error: Any = UNSET, tool_call_id: str | None = None, agent_id: str | None = None) -> None:
+        """Publish a tool's outcome. A result that aborts the run shows in `aborted[run_id]`."""
+        ev = ToolResult(run_id=run_id, seq=self._next_seq(run_id), gateway_id=self.gateway_id,
+                        agent_id=agent_id or self.agent_id, ts=int(time.time() * 1000), tool_name=tool_name,
+                        tool_call_id=tool_call_id, params=_wire(params), result=_wire(result), error=_wire(error))
+        await self._send(ev)
+
+    async def compaction_retry(self, run_id: str) -> None:
+        await self._send(CompactionRetry(run_id=run_id, seq=self._next_seq(run_id), gateway_id=self.gateway_id,
+                                         agent_id=self.agent_id, ts=int(time.time() * 1000)))
+
+    async def end_run(self, run_id: str) -> None:
+        await self._send(RunEnd(run_id=run_id, seq=self._next_seq(run_id), gateway_id=self.gateway_id,
+                                agent_id=self.agent_id, ts=int(time.time() * 1000)))
+        self._seq.pop(run_id, None)
+        self.aborted.pop(run_id, None)
+
+
+def _wire(value: Any) -> Any:
+    """A Python value as the worker will see it once it crossed the wire (floats in
+    their JavaScript spelling), so privacy-mode hashes equal the worker's raw-mode ones."""
+    if value is UNSET or value is None or isinstance(value, (str, bool, int)):
+        return value
+    return decode_value(encode(value))
+
+
+__all__ = ["FAIL_CLOSED", "FAIL_OPEN", "GatewayClient", "partition_for"]
