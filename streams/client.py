@@ -72,6 +72,8 @@ class GatewayClient:
         self.aborted: dict[str, Decision] = {}
         self.degraded = 0
         self.duplicates = 0
+        self.received = 0  # own decisions read
+        self.foreign = 0  # other gateways' decisions on the same partition, skipped
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: asyncio.Task | None = None
@@ -143,7 +145,9 @@ class GatewayClient:
         except Exception:
             return
         if d.gateway_id != self.gateway_id:
-            return  # another gateway sharing this partition
+            self.foreign += 1  # another gateway sharing this partition
+            return
+        self.received += 1
         if d.event_id in self._seen:
             self.duplicates += 1
             return

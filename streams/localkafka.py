@@ -137,7 +137,18 @@ def answers(bootstrap: str, timeout: float = 1.0) -> bool:
 
 
 def start(workdir: Path, port: int | None = None, heap: str = DEFAULT_HEAP, timeout: float = 90.0) -> Broker:
-    """Format a fresh KRaft storage dir in `workdir` and start the broker there."""
+    """Format a fresh KRaft storage dir in `workdir` and start the broker there.
+
+    A start that fails (a free port taken meanwhile, say) is tried once more on new ports."""
+    try:
+        return _start(workdir, port, heap, timeout)
+    except BrokerError:
+        if port is not None:
+            raise
+        return _start(workdir, None, heap, timeout)
+
+
+def _start(workdir: Path, port: int | None, heap: str, timeout: float) -> Broker:
     libs = fetch()
     workdir = Path(workdir).resolve()
     if workdir.exists():
