@@ -1,0 +1,334 @@
+"""Latency and throughput on the project's local broker, measured side by side.
+
+    python -m benchmarks.kafka [--bootstrap HOST:PORT] [--rate 1000] [--seconds 20] [--events 60000]
+
+(a) echo: a bare aiokafka request-reply loop (benchmarks/echo_responder.py), same message
+    sizes, partitions and gateways as (b); (b) loopwarden end to end through GatewayClient
+    and a worker process; both paced at --rate calls per second. (c) throughput over one
+    preloaded events topic: a bare aiokafka consume-and-produce loop, a do-nothing Faust
+    agent (benchmarks/noop_agent.py), one loopwarden worker, and two workers.
+Prints one JSON object; a PNG of the latency distributions goes to benchmarks/out/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from benchmarks.trace import generate
+from streams import localkafka, settings as settings_mod
+from streams.client import GatewayClient, partition_for
+from streams.commands import create_topics
+
+ROOT = Path(__file__).resolve().parents[1]
+GATEWAYS = 8
+CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(p * len(xs)))] * 1000, 2)
+
+
+def spawn(args: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(log, "wb"), cwd=ROOT, start_new_session=True)
+
+
+def end(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def params_of(i: int) -> dict:
+    return {"path": f"/workspace/src/module_{i % 97}/file_{i}.py", "query": "def handler(request): " + "x" * 120,
+            "options": {"limit": i % 200, "recursive": True}}
+
+
+async def paced(rate: float, seconds: float, call) -> list[float]:
+    """Open loop: start call(i) every 1/rate s; each awaits its own answer."""
+    lat: list[float] = []
+    tasks = []
+    t0 = time.perf_counter()
+    i = 0
+    while True:
+        due = t0 + i / rate
+        now = time.perf_counter()
+        if due - t0 > seconds:
+            break
+        if due > now:
+            await asyncio.sleep(due - now)
+
+        async def one(k: int) -> None:
+            s = time.perf_counter()
+            await call(k)
+            lat.append(time.perf_counter() - s)
+
+        tasks.append(asyncio.create_task(one(i)))
+        i += 1
+    await asyncio.gather(*tasks)
+    return lat
+
+
+async def echo_latency(bootstrap: str, rate: float, seconds: float, tmp: Path) -> list[float]:
+    prefix = f"bench-echo-{uuid.uuid4().hex[:6]}."
+    s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
+    await create_topics(s)
+    req, rep = s.events_topic, s.decisions_topic
+    responder = spawn([sys.executable, "-m", "benchmarks.echo_responder", bootstrap, req, rep, prefix + "g"],
+                      tmp / "echo.log")
+    try:
+        waiting: dict[bytes, asyncio.Future] = {}
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+        await producer.start()
+        consumers = []
+        for g in range(GATEWAYS):
+            gw = f"sim-gw-{g:02d}"
+            c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100)
+            await c.start()
+            tp = TopicPartition(rep, partition_for(gw, 8))
+            c.assign([tp])
+            await c.seek_to_end(tp)
+            await c.position(tp)
+            consumers.append(c)
+
+        async def read(c):
+            while True:
+                for msgs in (await c.getmany(timeout_ms=500)).values():
+                    for m in msgs:
+                        f = waiting.pop(m.value.split(b"\n", 1)[0], None)
+                        if f and not f.done():
+                            f.set_result(None)
+
+        readers = [asyncio.create_task(read(c)) for c in consumers]
+        # A request of the size a privacy-mode tool_call has on the wire.
+        body = json.dumps({"type": "tool_call", "run_id": "r" * 20, "seq": 0, "gateway_id": "sim-gw-00",
+                           "tool_name": "read", "tool_call_id": "c" * 24, "ts": 1, "args_hash": "read:" + "a" * 64,
+                           "known_poll": False}).encode()
+        await asyncio.sleep(3)  # the responder joins its group
+
+        async def call(i: int) -> None:
+            gw = f"sim-gw-{i % GATEWAYS:02d}".encode()
+            ident = f"r{i}:0".encode()
+            fut = asyncio.get_running_loop().create_future()
+            waiting[ident] = fut
+            await producer.send(req, key=f"run-{i}".encode(), value=body, headers=[("gw", gw), ("id", ident)])
+            await asyncio.wait_for(fut, 10)
+
+        await paced(rate, 2, call)  # warm-up
+        lat = await paced(rate, seconds, call)
+        for r in readers:
+            r.cancel()
+        for c in consumers:
+            await c.stop()
+        await producer.stop()
+        return lat
+    finally:
+        end(responder)
+
+
+def start_worker(bootstrap: str, prefix: str, tmp: Path, name: str, extra=()) -> tuple[subprocess.Popen, int]:
+    cfg = tmp / "config.json"
+    cfg.write_text(json.dumps(CONFIG))
+    port = localkafka.free_port()
+    proc = spawn([sys.executable, "-m", "streams.cli", "worker", "--bootstrap", bootstrap, "--topic-prefix", prefix,
+                  "--config", str(cfg), "--web-port", str(port), "--data-dir", str(tmp / f"data-{name}"), *extra],
+                 tmp / f"worker-{name}.log")
+    import urllib.request
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                if json.loads(r.read())["status"] == "ok":
+                    return proc, port
+        except Exception:
+            time.sleep(0.3)
+    end(proc)
+    raise RuntimeError(f"worker {name} did not start; see {tmp}")
+
+
+async def loopwarden_latency(bootstrap: str, rate: float, seconds: float, tmp: Path) -> list[float]:
+    prefix = f"bench-lw-{uuid.uuid4().hex[:6]}."
+    s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
+    await create_topics(s)
+    worker, _ = start_worker(bootstrap, prefix, tmp, "latency")
+    try:
+        clients = [GatewayClient(settings=s, gateway_id=f"sim-gw-{g:02d}", timeout_s=10) for g in range(GATEWAYS)]
+        for c in clients:
+            await c.__aenter__()
+
+        async def call(i: int) -> None:
+            d = await clients[i % GATEWAYS].check(f"run-{i % 400}", "read", params_of(i))
+            assert not d.degraded
+
+        await paced(rate, 2, call)
+        lat = await paced(rate, seconds, call)
+        for c in clients:
+            await c.__aexit__(None, None, None)
+        return lat
+    finally:
+        end(worker)
+
+
+async def preload(bootstrap: str, topic: str, lines: list[bytes]) -> None:
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20,
+                         max_batch_size=256 * 1024)
+    await p.start()
+    try:
+        futs = []
+        for ln in lines:
+            run = ln[ln.index(b'"run_id":"') + 10:]
+            futs.append(await p.send(topic, key=run[: run.index(b'"')], value=ln))
+        await asyncio.gather(*futs)
+    finally:
+        await p.stop()
+
+
+async def decision_span(bootstrap: str, topic: str, want: int, timeout: float) -> float:
+    """Seconds between the 10th-percentile and the last decision (broker timestamps), scaled
+    to the whole count: steady-state throughput without start-up and rebalancing."""
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+    await c.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or range(8))]
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        stamps: list[int] = []
+        deadline = time.monotonic() + timeout
+        while len(stamps) < want and time.monotonic() < deadline:
+            for msgs in (await c.getmany(timeout_ms=500)).values():
+                stamps.extend(m.timestamp for m in msgs)
+        if len(stamps) < want:
+            raise RuntimeError(f"only {len(stamps)} of {want} decisions arrived")
+        stamps.sort()
+        lo = stamps[len(stamps) // 10]
+        return (stamps[-1] - lo) / 1000 / 0.9
+    finally:
+        await c.stop()
+
+
+def run_json(args: list[str], tmp: Path, name: str, timeout: float = 600) -> dict:
+    p = spawn(args, tmp / f"{name}.log")
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return json.loads(out.decode().strip().splitlines()[-1])
+    finally:
+        end(p)
+
+
+async def throughput(bootstrap: str, n: int, tmp: Path) -> dict:
+    lines = generate(n, seed=21, concurrent=800)
+    calls = sum(1 for ln in lines if b'"type":"tool_call"' in ln)
+    out: dict = {}
+    prefix = f"bench-tp-{uuid.uuid4().hex[:6]}."
+    s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
+    await create_topics(s)
+    await preload(bootstrap, s.events_topic, lines)
+    bare = run_json([sys.executable, "-m", "benchmarks.echo_responder", bootstrap, s.events_topic,
+                     prefix + "bare-out", prefix + "bare", str(n)], tmp, "bare")
+    out["bare_events_per_s"] = round(n / bare["seconds"])
+    noop = run_json([sys.executable, "-m", "benchmarks.noop_agent", bootstrap, s.events_topic, str(n),
+                     prefix + "noop"], tmp, "noop")
+    out["noop_faust_events_per_s"] = round(n / noop["seconds"])
+    worker, _ = start_worker(bootstrap, prefix, tmp, "tp1")
+    try:
+        out["worker_events_per_s"] = round(n / await decision_span(bootstrap, s.decisions_topic, calls, 600))
+    finally:
+        end(worker)
+    # Two workers on a fresh copy of the same events.
+    prefix2 = f"bench-tp2-{uuid.uuid4().hex[:6]}."
+    s2 = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix2}, env={})
+    await create_topics(s2)
+    await preload(bootstrap, s2.events_topic, lines)
+    pair = []
+    try:
+        for name in ("tp2a", "tp2b"):
+            pair.append(start_worker(bootstrap, prefix2, tmp, name)[0])
+        out["two_workers_events_per_s"] = round(n / await decision_span(bootstrap, s2.decisions_topic, calls, 600))
+    finally:
+        for p in pair:
+            end(p)
+    return out
+
+
+def plot(echo: list[float], lw: list[float], path: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    hi = max(pct(echo, 0.995), pct(lw, 0.995))
+    bins = [hi * i / 80 for i in range(81)]
+    ax.hist([x * 1000 for x in echo], bins=bins, alpha=0.6, label="bare aiokafka echo")
+    ax.hist([x * 1000 for x in lw], bins=bins, alpha=0.6, label="loopwarden check()")
+    ax.set_xlabel("decision latency (ms)")
+    ax.set_ylabel("calls")
+    ax.legend()
+    ax.set_title("Request-reply latency through the same broker")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    return str(path)
+
+
+async def main_async(args) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="loopwarden-bench-"))
+    broker = None
+    bootstrap = args.bootstrap or os.environ.get("LOOPWARDEN_BOOTSTRAP")
+    if not bootstrap:
+        broker = localkafka.start(tmp / "kafka", heap="768m")
+        bootstrap = broker.bootstrap
+    try:
+        echo = await echo_latency(bootstrap, args.rate, args.seconds, tmp)
+        lw = await loopwarden_latency(bootstrap, args.rate, args.seconds, tmp)
+        tp = await throughput(bootstrap, args.events, tmp) if args.events else {}
+    finally:
+        if broker:
+            localkafka.stop(broker)
+    result = {
+        "benchmark": "kafka",
+        "rate_per_s": args.rate,
+        "seconds": args.seconds,
+        "calls": {"echo": len(echo), "loopwarden": len(lw)},
+        "echo_p50_ms": pct(echo, 0.5), "echo_p99_ms": pct(echo, 0.99),
+        "loopwarden_p50_ms": pct(lw, 0.5), "loopwarden_p99_ms": pct(lw, 0.99),
+        "p99_ratio": round(pct(lw, 0.99) / pct(echo, 0.99), 2),
+        **tp,
+    }
+    if tp:
+        result["throughput_ratio"] = round(tp["worker_events_per_s"] / tp["noop_faust_events_per_s"], 2)
+        result["bare_ratio"] = round(tp["worker_events_per_s"] / tp["bare_events_per_s"], 2)
+        result["two_worker_scaling"] = round(tp["two_workers_events_per_s"] / tp["worker_events_per_s"], 2)
+    result["plot"] = plot(echo, lw, ROOT / "benchmarks" / "out" / "latency.png")
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bootstrap")
+    ap.add_argument("--rate", type=float, default=1000.0)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--events", type=int, default=60000, help="events for the throughput part (0: skip it)")
+    args = ap.parse_args()
+    print(json.dumps(asyncio.run(main_async(args)), indent=2))
+
+
+if __name__ == "__main__":
+    main()

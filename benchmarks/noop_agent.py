@@ -1,0 +1,42 @@
+"""A do-nothing Faust agent over a topic (the framework's own ceiling), for benchmarks.kafka.
+
+    python -m benchmarks.noop_agent BOOTSTRAP TOPIC N APP_ID
+
+Consumes with the same batching as the loopwarden worker and prints one JSON line when it
+has seen N events: the seconds from its first event to its N-th.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import faust
+
+
+def main() -> None:
+    bootstrap, topic, n, app_id = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    app = faust.App(app_id, broker=f"kafka://{bootstrap}", store="memory://", autodiscover=False, web_enabled=False,
+                    consumer_auto_offset_reset="earliest", datadir=f"/tmp/{app_id}")
+    src = app.topic(topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
+    seen = {"n": 0, "t0": None}
+
+    @app.agent(src, concurrency=1)
+    async def noop(stream):
+        async for batch in stream.take_events(500, 0.002):
+            if seen["t0"] is None:
+                seen["t0"] = time.time()
+            seen["n"] += len(batch)
+            if seen["n"] >= n:
+                print(json.dumps({"events": seen["n"], "seconds": time.time() - seen["t0"]}), flush=True)
+                os._exit(0)
+
+    worker = faust.Worker(app, loglevel="warning", quiet=True, redirect_stdouts=False)
+    worker.spinner = None
+    worker.execute_from_commandline()
+
+
+if __name__ == "__main__":
+    main()
