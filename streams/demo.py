@@ -78,7 +78,13 @@ def _wait_healthy(port: int, proc: subprocess.Popen, log: Path, timeout: float =
     raise BrokerError(f"the worker did not become ready within {timeout:.0f}s; see {log}")
 
 
+def _exit_on_signal(signum, frame) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the finally that stops the broker and worker
+
+
 def run_demo(args) -> int:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
     work = Path(tempfile.mkdtemp(prefix="loopwarden-demo-"))
     broker = None
     worker = None
