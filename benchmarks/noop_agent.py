@@ -2,8 +2,9 @@
 
     python -m benchmarks.noop_agent BOOTSTRAP TOPIC N APP_ID
 
-Consumes with the same batching as the loopwarden worker and prints one JSON line when it
-has seen N events: the seconds from its first event to its N-th.
+Consumes exactly as the loopwarden worker's agent does (events in batches of what has
+arrived, acknowledged by hand) but does nothing with them, and prints one JSON line when
+it has seen N events: the seconds from its first event to its N-th.
 """
 
 from __future__ import annotations
@@ -25,10 +26,18 @@ def main() -> None:
 
     @app.agent(src, concurrency=1)
     async def noop(stream):
-        async for batch in stream.take_events(500, 0.002):
+        stream.enable_acks = False
+        batch = []
+        async for event in stream.events():
             if seen["t0"] is None:
                 seen["t0"] = time.time()
+            batch.append(event)
+            if len(batch) < 500 and not stream.channel.empty():
+                continue
+            for e in batch:
+                await stream.ack(e)
             seen["n"] += len(batch)
+            batch = []
             if seen["n"] >= n:
                 print(json.dumps({"events": seen["n"], "seconds": time.time() - seen["t0"]}), flush=True)
                 os._exit(0)

@@ -8,12 +8,14 @@ from pathlib import Path
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from detectors import DetectionConfig, load_config
+from detectors import DetectionConfig, encode_state, load_config
 from detectors.wire import encode
+from mode import Service
 
 from .errors import SettingsError
 from .metrics import Metrics
 from .processor import Incoming, observe, process_batch
+from .publisher import Publisher, Record
 from .settings import Settings
 
 log = logging.getLogger("loopwarden.worker")
@@ -57,7 +59,7 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
         topic_replication_factor=settings.replication,
         table_standby_replicas=0,
         consumer_auto_offset_reset="earliest",
-        producer_linger=settings.producer_linger_ms / 1000.0,
+        producer_linger=settings.producer_linger_ms / 1000.0,  # Faust's own producer (offsets, internals)
         producer_acks=-1,
         broker_session_timeout=settings.session_timeout_s,
         broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
@@ -69,40 +71,69 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
     )
     events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes, key_serializer="raw",
                        value_serializer="raw", partitions=settings.partitions)
-    decisions = app.topic(settings.decisions_topic, key_type=bytes, value_type=bytes, key_serializer="raw",
-                          value_serializer="raw", partitions=settings.partitions)
-    deadletter = app.topic(settings.deadletter_topic, key_type=bytes, value_type=bytes, key_serializer="raw",
-                           value_serializer="raw", partitions=settings.partitions)
-    # Keyed by run_id bytes, the events' key. A batch mixes partitions, so the changelog
-    # partition comes from the producer's partitioner (murmur2 of the key, as for events),
-    # not from Faust's "current event", which in a batch is only the last one.
-    # bytes keys and values make Faust pick its "raw" codec for writes and for recovery.
+    # The run states. Faust owns the table: its store, its changelog topic (compacted,
+    # keyed by run_id), recovery on assignment. The store holds RunState objects written
+    # by the agent, or the bytes Faust put there when it recovered a key from the
+    # changelog; the agent publishes each touched run's encoded state to the changelog
+    # once per batch, together with the batch's decisions (see publisher.py).
     runs = app.Table("runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions,
                      use_partitioner=True)
+    publisher = Publisher(settings.kafka_kwargs())
+
+    @app.service
+    class _Publisher(Service):  # started and stopped with the worker
+        async def on_start(self) -> None:
+            await publisher.start()
+
+        async def on_stop(self) -> None:
+            await publisher.stop()
+
     progress: dict[int, int] = {}
+
+    async def handle(batch) -> None:
+        msgs = [
+            Incoming(e.message.key, e.message.value, e.message.topic, e.message.partition, e.message.offset,
+                     e.message.timestamp)
+            for e in batch
+        ]
+        store = runs.data
+        result = process_batch(msgs, store.get, config, settings.max_event_bytes, metrics)
+        out = []
+        changelog = runs.changelog_topic.get_topic_name()
+        for key, state in result.writes.items():
+            if state is None:
+                store.pop(key, None)
+                out.append(Record(changelog, key, None))
+            else:
+                store[key] = state
+                out.append(Record(changelog, key, encode_state(state)))
+        for d in result.decisions:
+            out.append(Record(settings.decisions_topic, d.gateway_id.encode(), encode(d)))
+        for dl in result.dead:
+            out.append(Record(settings.deadletter_topic, dl.key, dl.value, dl.headers,
+                              None if dl.key is not None else 0))
+        await publisher.publish(out)
+        for m in msgs:
+            progress[m.partition] = m.offset
+        observe(metrics, msgs, result)
 
     @app.agent(events, concurrency=1)
     async def judge(stream):
-        within = settings.batch_within_ms / 1000.0
-        async for batch in stream.take_events(settings.batch_max, within):
-            msgs = [
-                Incoming(e.message.key, e.message.value, e.message.topic, e.message.partition, e.message.offset,
-                         e.message.timestamp)
-                for e in batch
-            ]
-            result = process_batch(msgs, runs.get, config, settings.max_event_bytes, metrics)
-            for key, value in result.writes.items():
-                if value is None:
-                    runs.pop(key, None)
-                else:
-                    runs[key] = value
-            for d in result.decisions:
-                await decisions.send(key=d.gateway_id.encode(), value=encode(d))
-            for dl in result.dead:
-                await deadletter.send(key=dl.key, value=dl.value, headers=dl.headers)
-            for m in msgs:
-                progress[m.partition] = m.offset
-            observe(metrics, msgs, result.decisions)
+        # A batch is whatever has arrived while the previous one was handled (at most
+        # batch_max): under load batches grow by themselves, and a lone event is handled
+        # at once, with no timer to wait out. Events are acknowledged by hand, once the
+        # broker has everything their batch produced, so a committed offset never runs
+        # ahead of a decision or a state write.
+        stream.enable_acks = False
+        batch = []
+        async for event in stream.events():
+            batch.append(event)
+            if len(batch) < settings.batch_max and not stream.channel.empty():
+                continue
+            await handle(batch)
+            for e in batch:
+                await stream.ack(e)
+            batch = []
 
     @app.timer(interval=5.0)
     async def report_lag():

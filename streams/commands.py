@@ -116,7 +116,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--data-dir", help="Faust's working folder (default .loopwarden-data)")
     w.add_argument("--max-event-bytes", type=int, help="larger events go to the dead-letter topic (default 1 MiB)")
     w.add_argument("--batch-max", type=int, help="most events folded in one batch (default 500)")
-    w.add_argument("--batch-within-ms", type=float, help="longest wait to fill a batch (default 2 ms)")
     w.add_argument("--producer-linger-ms", type=float, help="producer linger (default 5 ms)")
     w.add_argument("--log-level", help="debug, info, warning (default), error")
     w.add_argument("--session-timeout-s", type=float,

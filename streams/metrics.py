@@ -9,14 +9,14 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.events = Counter("loopwarden_events", "Events consumed, by type", ["type"], registry=r)
+        self.events = Counter("loopwarden_events", "Events applied (dead letters not included)", registry=r)
         self.decisions = Counter(
             "loopwarden_decisions", "Decisions published, by action and detector", ["action", "detector"], registry=r
         )
         self.dead_letters = Counter("loopwarden_dead_letters", "Events sent to the dead-letter topic, by reason",
                                     ["reason"], registry=r)
         self.latency = Histogram(
-            "loopwarden_processing_seconds", "From an event's Kafka timestamp to its decision being queued",
+            "loopwarden_processing_seconds", "Per batch: from its oldest event's Kafka timestamp to its decisions being published",
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5), registry=r,
         )
         self.batch = Histogram("loopwarden_batch_events", "Events per processed batch",

@@ -10,7 +10,7 @@ import logging
 import time
 from typing import Any, Callable, Iterable, NamedTuple
 
-from detectors import DetectionConfig, EventError, RunState, apply, decode_event, decode_state, encode_state
+from detectors import DetectionConfig, EventError, RunState, apply, decode_event, decode_state
 from detectors.errors import DecodeError, OversizeError
 from detectors.wire import Decision, encode
 
@@ -54,17 +54,18 @@ _MISSING = object()
 class BatchResult(NamedTuple):
     decisions: list[Decision]
     dead: list[DeadLetter]
-    writes: dict[bytes, bytes | None]  # run key -> new encoded state, None: delete
+    writes: dict[bytes, RunState | None]  # run key -> its new state, None: the run ended
 
 
 def process_batch(
     messages: Iterable[Incoming],
-    load: Callable[[bytes], bytes | None],
+    load: Callable[[bytes], RunState | bytes | None],
     config: DetectionConfig,
     max_event_bytes: int,
     metrics: Metrics | None = None,
 ) -> BatchResult:
-    """Fold a batch; `load(key)` reads a run's stored state. Never raises for bad input."""
+    """Fold a batch; `load(key)` reads a run's stored state (a RunState, or the bytes a
+    changelog recovery put there). Never raises for bad input."""
     states: dict[bytes, Any] = {}
     dirty: set[bytes] = set()
     decisions: list[Decision] = []
@@ -86,20 +87,17 @@ def process_batch(
             if metrics:
                 metrics.dead_letters.labels(exc.reason).inc()
             continue
-        if metrics:
-            metrics.events.labels(type(ev).__name__).inc()
         if new is not state:
             states[key] = new
             dirty.add(key)
         decisions.extend(ds)
-    writes = {k: (None if states[k] is None else encode_state(states[k])) for k in dirty}
-    return BatchResult(decisions, dead, writes)
+    return BatchResult(decisions, dead, {k: states[k] for k in dirty})
 
 
-def _load_state(load: Callable[[bytes], bytes | None], key: bytes) -> RunState | None:
+def _load_state(load: Callable[[bytes], RunState | bytes | None], key: bytes) -> RunState | None:
     raw = load(key)
-    if raw is None:
-        return None
+    if raw is None or isinstance(raw, RunState):
+        return raw
     try:
         return decode_state(raw)
     except Exception as exc:  # a corrupt or too-new record must not stop the worker
@@ -107,14 +105,20 @@ def _load_state(load: Callable[[bytes], bytes | None], key: bytes) -> RunState |
         return None
 
 
-def observe(metrics: Metrics, batch: list[Incoming], decisions: list[Decision]) -> None:
+def observe(metrics: Metrics, batch: list[Incoming], result: BatchResult) -> None:
+    """Metrics once per batch (per-event calls into prometheus_client add up)."""
     now = time.time()
     metrics.batch.observe(len(batch))
-    for m in batch:
-        if m.timestamp:
-            metrics.latency.observe(max(0.0, now - m.timestamp))
-    for d in decisions:
-        metrics.decisions.labels(d.action, d.detector or "none").inc()
+    metrics.events.inc(len(batch) - len(result.dead))
+    oldest = min((m.timestamp for m in batch if m.timestamp), default=None)
+    if oldest is not None:
+        metrics.latency.observe(max(0.0, now - oldest))
+    counts: dict[tuple[str, str], int] = {}
+    for d in result.decisions:
+        k = (d.action, d.detector or "none")
+        counts[k] = counts.get(k, 0) + 1
+    for (action, detector), n in counts.items():
+        metrics.decisions.labels(action, detector).inc(n)
 
 
 __all__ = ["BatchResult", "DeadLetter", "Incoming", "KeyMismatch", "DecodeError", "encode", "process_batch"]

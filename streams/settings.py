@@ -24,7 +24,6 @@ class Settings:
     config: str | None = None  # detection config file (JSON or JSON5)
     max_event_bytes: int = 1 << 20
     batch_max: int = 500
-    batch_within_ms: float = 2.0
     producer_linger_ms: float = 5.0
     web_host: str = "127.0.0.1"
     web_port: int = 6066

@@ -1,0 +1,78 @@
+"""Batch publishing for the worker: one produce batch per partition per processed batch.
+
+aiokafka's per-message `send` costs tens of microseconds in Python; a worker publishing a
+decision and a changelog record for most events spends more there than in the fold.
+Building one record batch per partition and awaiting the deliveries together costs a
+few microseconds per message, and the worker acknowledges its input only after
+everything the batch produced is durable (acks=all).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Iterable, NamedTuple
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import murmur2
+from mode import Service
+
+
+class Record(NamedTuple):
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] | None = None
+    partition: int | None = None  # None: the default partitioner's choice for the key
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner (murmur2) picks for a key."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+class Publisher(Service):
+    """An idempotent producer (acks=all) that publishes lists of records as batches."""
+
+    def __init__(self, kafka_kwargs: dict, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._kwargs = kafka_kwargs
+        self._producer: AIOKafkaProducer | None = None
+        self._partitions: dict[str, int] = {}
+
+    async def on_start(self) -> None:
+        self._producer = AIOKafkaProducer(acks="all", enable_idempotence=True, linger_ms=0, **self._kwargs)
+        await self._producer.start()
+
+    async def on_stop(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+
+    async def _count(self, topic: str) -> int:
+        n = self._partitions.get(topic)
+        if n is None:
+            assert self._producer is not None
+            n = self._partitions[topic] = len(await self._producer.partitions_for(topic))
+        return n
+
+    async def publish(self, records: Iterable[Record]) -> None:
+        """Publish every record and return once all are acknowledged by the broker."""
+        p = self._producer
+        assert p is not None, "publisher not started"
+        groups: dict[tuple[str, int], list[Record]] = defaultdict(list)
+        for r in records:
+            part = r.partition
+            if part is None:
+                part = partition_for(r.key or b"", await self._count(r.topic))
+            groups[(r.topic, part)].append(r)
+        futures = []
+        for (topic, part), recs in groups.items():
+            batch = p.create_batch()
+            for r in recs:
+                if batch.append(key=r.key, value=r.value, timestamp=None, headers=r.headers or []) is None:
+                    futures.append(await p.send_batch(batch, topic, partition=part))
+                    batch = p.create_batch()
+                    batch.append(key=r.key, value=r.value, timestamp=None, headers=r.headers or [])
+            futures.append(await p.send_batch(batch, topic, partition=part))
+        if futures:
+            await asyncio.gather(*futures)
