@@ -231,7 +231,42 @@ def run_json(args: list[str], tmp: Path, name: str, timeout: float = 600) -> dic
         end(p)
 
 
-async def throughput(bootstrap: str, n: int, tmp: Path) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+async def worker_throughput(bootstrap: str, lines: list[bytes], calls: int, tmp: Path, n_workers: int,
+                            broker_pid: int | None) -> dict:
+    """Start the workers on empty topics, let the group settle, then publish the events
+    at once and time the decisions; also the CPU each process used meanwhile."""
+    prefix = f"bench-tp{n_workers}-{uuid.uuid4().hex[:6]}."
+    s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
+    await create_topics(s)
+    procs = []
+    try:
+        for i in range(n_workers):
+            procs.append(start_worker(bootstrap, prefix, tmp, f"tp{n_workers}-{i}")[0])
+        await asyncio.sleep(4)  # the group settles with every member
+        cpu0 = [cpu_seconds(p.pid) for p in procs] + [cpu_seconds(broker_pid) if broker_pid else 0.0]
+        t0 = time.time()
+        await preload(bootstrap, s.events_topic, lines)
+        span = await decision_span(bootstrap, s.decisions_topic, calls, 600)
+        wall = time.time() - t0
+        cpu1 = [cpu_seconds(p.pid) for p in procs] + [cpu_seconds(broker_pid) if broker_pid else 0.0]
+        used = [round((b - a) / wall, 2) for a, b in zip(cpu0, cpu1)]
+        return {"events_per_s": round(len(lines) / span), "cores_used_by_workers": used[:-1],
+                "cores_used_by_broker": used[-1] if broker_pid else None}
+    finally:
+        for p in procs:
+            end(p)
+
+
+async def throughput(bootstrap: str, n: int, tmp: Path, broker_pid: int | None) -> dict:
     lines = generate(n, seed=21, concurrent=800)
     calls = sum(1 for ln in lines if b'"type":"tool_call"' in ln)
     out: dict = {}
@@ -245,24 +280,11 @@ async def throughput(bootstrap: str, n: int, tmp: Path) -> dict:
     noop = run_json([sys.executable, "-m", "benchmarks.noop_agent", bootstrap, s.events_topic, str(n),
                      prefix + "noop"], tmp, "noop")
     out["noop_faust_events_per_s"] = round(n / noop["seconds"])
-    worker, _ = start_worker(bootstrap, prefix, tmp, "tp1")
-    try:
-        out["worker_events_per_s"] = round(n / await decision_span(bootstrap, s.decisions_topic, calls, 600))
-    finally:
-        end(worker)
-    # Two workers on a fresh copy of the same events.
-    prefix2 = f"bench-tp2-{uuid.uuid4().hex[:6]}."
-    s2 = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix2}, env={})
-    await create_topics(s2)
-    await preload(bootstrap, s2.events_topic, lines)
-    pair = []
-    try:
-        for name in ("tp2a", "tp2b"):
-            pair.append(start_worker(bootstrap, prefix2, tmp, name)[0])
-        out["two_workers_events_per_s"] = round(n / await decision_span(bootstrap, s2.decisions_topic, calls, 600))
-    finally:
-        for p in pair:
-            end(p)
+    one = await worker_throughput(bootstrap, lines, calls, tmp, 1, broker_pid)
+    two = await worker_throughput(bootstrap, lines, calls, tmp, 2, broker_pid)
+    out["worker_events_per_s"] = one.pop("events_per_s")
+    out["two_workers_events_per_s"] = two.pop("events_per_s")
+    out["cpu"] = {"one_worker": one, "two_workers": two, "machine_cores": os.cpu_count()}
     return out
 
 
@@ -298,7 +320,7 @@ async def main_async(args) -> dict:
     try:
         echo = await echo_latency(bootstrap, args.rate, args.seconds, tmp)
         lw = await loopwarden_latency(bootstrap, args.rate, args.seconds, tmp)
-        tp = await throughput(bootstrap, args.events, tmp) if args.events else {}
+        tp = await throughput(bootstrap, args.events, tmp, broker.pid if broker else None) if args.events else {}
     finally:
         if broker:
             localkafka.stop(broker)
