@@ -3,35 +3,21 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from detectors import DetectionConfig, encode_state, load_config
+from detectors import DetectionConfig, encode_state
 from detectors.wire import encode
 from mode import Service
 
-from .errors import SettingsError
+from .configfile import read_detection_config
 from .metrics import Metrics
 from .processor import Incoming, observe, process_batch
 from .publisher import Publisher, Record
 from .settings import Settings
 
 log = logging.getLogger("loopwarden.worker")
-
-
-def read_detection_config(path: str | None) -> DetectionConfig:
-    if not path:
-        return DetectionConfig({})
-    try:
-        text = Path(path).read_bytes()
-    except OSError as exc:
-        raise SettingsError(f"cannot read detection config {path}: {exc.strerror}") from None
-    config = load_config(text, source=path)
-    for w in config.warnings:
-        log.warning("%s: %s", path, w)
-    return config
 
 
 def _credentials(s: Settings):

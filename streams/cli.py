@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from detectors.errors import LoopwardenError
 
@@ -17,18 +16,9 @@ EXIT_BAD_LINES = 3
 
 
 def _read_config(path: str | None):
-    from detectors import DetectionConfig, load_config
+    from .configfile import read_detection_config
 
-    if path is None:
-        return DetectionConfig({})
-    try:
-        text = Path(path).read_bytes()
-    except OSError as exc:
-        raise LoopwardenError(f"cannot read config {path}: {exc.strerror}") from None
-    config = load_config(text, source=path)
-    for w in config.warnings:
-        print(f"warning: {path}: {w}", file=sys.stderr)
-    return config
+    return read_detection_config(path, warn=lambda p, w: print(f"warning: {p}: {w}", file=sys.stderr))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -107,6 +107,16 @@ def setup_topics(bootstrap: str, prefix: str, partitions: int = 8) -> settings_m
     return s
 
 
+def fresh_worker(bootstrap: str, tmp: Path, started: list, config: dict | None, **kw) -> tuple:
+    """New topics under a fresh prefix and one healthy worker on them: (settings, worker)."""
+    prefix = new_prefix()
+    s = setup_topics(bootstrap, prefix, kw.get("partitions", 8))
+    w = WorkerProcess(bootstrap, prefix, config, tmp, **kw)
+    started.append(w)
+    w.start()
+    return s, w
+
+
 async def _produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
     p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5)
     await p.start()

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from streams.client import FAIL_CLOSED, FAIL_OPEN, GatewayClient, partition_for
-from tests.integration.harness import WorkerProcess, new_prefix, setup_topics
+from tests.integration.harness import fresh_worker
 
 pytestmark = pytest.mark.integration
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}}
@@ -40,11 +40,7 @@ async def script(client: GatewayClient, run: str, n: int = 7) -> list:
 
 
 def test_gateways_see_only_their_own_decisions_and_every_check_is_answered(bootstrap, tmp_path, workers):
-    prefix = new_prefix()
-    s = setup_topics(bootstrap, prefix)
-    w = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path)
-    workers.append(w)
-    w.start()
+    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG)
     a, b, c = gateways_sharing_a_partition()
 
     async def main():
@@ -66,11 +62,7 @@ def test_gateways_see_only_their_own_decisions_and_every_check_is_answered(boots
 
 
 def test_timeout_policy_both_ways_when_the_worker_is_down(bootstrap, tmp_path, workers):
-    prefix = new_prefix()
-    s = setup_topics(bootstrap, prefix)
-    w = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path)
-    workers.append(w)
-    w.start()
+    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG)
 
     async def main():
         async with GatewayClient(settings=s, gateway_id="gw-open", timeout_s=1.0, policy=FAIL_OPEN) as op, \
@@ -86,11 +78,7 @@ def test_timeout_policy_both_ways_when_the_worker_is_down(bootstrap, tmp_path, w
 
 
 def test_privacy_mode_and_raw_mode_decide_alike(bootstrap, tmp_path, workers):
-    prefix = new_prefix()
-    s = setup_topics(bootstrap, prefix)
-    w = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path)
-    workers.append(w)
-    w.start()
+    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG)
 
     async def main():
         async with GatewayClient(settings=s, gateway_id="gw-p", privacy=True) as p, \

@@ -1,0 +1,33 @@
+"""Worker settings: defaults < LOOPWARDEN_* environment < flags; bad values named."""
+
+import pytest
+
+from streams.errors import SettingsError
+from streams.settings import build
+
+
+def test_layers_and_topic_names():
+    env = {"LOOPWARDEN_BOOTSTRAP": "kafka:9092", "LOOPWARDEN_PARTITIONS": "12", "LOOPWARDEN_TOPIC_PREFIX": "prod."}
+    s = build({"partitions": 4, "bootstrap": None}, env=env)
+    assert (s.bootstrap, s.partitions, s.topic_prefix) == ("kafka:9092", 4, "prod.")
+    assert (s.events_topic, s.decisions_topic, s.deadletter_topic) == ("prod.events", "prod.decisions", "prod.deadletter")
+    assert s.changelog_topic == "prod.worker-runs-changelog"
+    assert build({}, env={}).bootstrap == "127.0.0.1:9092"
+
+
+def test_security_settings_reach_the_kafka_clients():
+    s = build({"security_protocol": "SASL_PLAINTEXT", "sasl_username": "u", "sasl_password": "p",
+               "sasl_mechanism": "SCRAM-SHA-256"}, env={})
+    kw = s.kafka_kwargs()
+    assert kw["security_protocol"] == "SASL_PLAINTEXT" and kw["sasl_mechanism"] == "SCRAM-SHA-256"
+    assert (kw["sasl_plain_username"], kw["sasl_plain_password"]) == ("u", "p")
+
+
+@pytest.mark.parametrize("env, flags, message", [
+    ({"LOOPWARDEN_PARTITIONS": "many"}, {}, "LOOPWARDEN_PARTITIONS='many' is not a number"),
+    ({}, {"partitions": 0}, "partitions must be at least 1"),
+    ({}, {"security_protocol": "TLS"}, "security_protocol 'TLS'"),
+])
+def test_bad_values_are_named(env, flags, message):
+    with pytest.raises(SettingsError, match=message):
+        build(flags, env=env)
