@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, ConfigResource, ConfigResourceType
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from tests.integration.harness import ROOT, new_prefix
 
