@@ -116,7 +116,16 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
             batch.append(event)
             if len(batch) < settings.batch_max and not stream.channel.empty():
                 continue
-            await handle(batch)
+            try:
+                await handle(batch)
+            except Exception as exc:
+                # Not a bad event (those are dead letters): the output could not be
+                # published. Acknowledging nothing and stopping the whole worker hands its
+                # partitions, from their committed offsets, to a healthy member; a restarted
+                # agent would go on after the failed batch and lose it.
+                log.critical("stopping the worker: a batch could not be handled: %r", exc)
+                await app.crash(exc)
+                raise
             for e in batch:
                 await stream.ack(e)
             batch = []

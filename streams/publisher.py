@@ -39,26 +39,36 @@ class Publisher(Service):
         self._kwargs = kafka_kwargs
         self._producer: AIOKafkaProducer | None = None
         self._partitions: dict[str, int] = {}
+        self._starting = asyncio.Lock()
 
     async def on_start(self) -> None:
-        self._producer = AIOKafkaProducer(acks="all", enable_idempotence=True, linger_ms=0, **self._kwargs)
-        await self._producer.start()
+        await self._ensure_producer()
+
+    async def _ensure_producer(self) -> AIOKafkaProducer:
+        # The agent may get its first batch before the worker reaches this service
+        # (services start after table recovery), so publishing starts it too.
+        async with self._starting:
+            if self._producer is None:
+                producer = AIOKafkaProducer(acks="all", enable_idempotence=True, linger_ms=0, **self._kwargs)
+                await producer.start()
+                self._producer = producer
+        return self._producer
 
     async def on_stop(self) -> None:
         if self._producer is not None:
             await self._producer.stop()
+            self._producer = None
 
     async def _count(self, topic: str) -> int:
         n = self._partitions.get(topic)
         if n is None:
-            assert self._producer is not None
-            n = self._partitions[topic] = len(await self._producer.partitions_for(topic))
+            p = await self._ensure_producer()
+            n = self._partitions[topic] = len(await p.partitions_for(topic))
         return n
 
     async def publish(self, records: Iterable[Record]) -> None:
         """Publish every record and return once all are acknowledged by the broker."""
-        p = self._producer
-        assert p is not None, "publisher not started"
+        p = self._producer or await self._ensure_producer()
         groups: dict[tuple[str, int], list[Record]] = defaultdict(list)
         for r in records:
             part = r.partition
