@@ -71,8 +71,7 @@ def judge(history: tuple[Record, ...], tool: str, sig: str, known_poll: bool, cf
     # Unknown-tool streak: contiguous newest-first records of this tool naming one missing tool.
     streak = 0
     missing = None
-    for i in range(len(history) - 1, -1, -1):
-        r = history[i]
+    for r in reversed(history):
         u = r.unknown_tool_name
         if r.tool_name != tool or not u or (missing is not None and u != missing):
             break
@@ -86,8 +85,7 @@ def judge(history: tuple[Record, ...], tool: str, sig: str, known_poll: bool, cf
     no_progress = 0
     latest = None
     counting = True
-    for i in range(len(history) - 1, -1, -1):
-        r = history[i]
+    for r in reversed(history):
         if r.args_hash != sig or r.tool_name != tool:
             continue
         repeats += 1

@@ -82,17 +82,22 @@ def run_replay(
             record = {"line": lineno, "error": reason, "detail": detail, "value": line.decode("utf-8", "replace")}
             dead_letter.write(json.dumps(record, ensure_ascii=False).encode() + b"\n")
 
+    events = decisions_n = 0
+    actions = report.actions
+    detectors = report.detectors
+    get = states.get
+    write = dst.write
     try:
         for lineno, line in enumerate(src, 1):
             seen += len(line)
-            if lineno % 8192 == 0:
+            if not lineno & 8191:
                 progress.update(seen)
-                dst.write(b"".join(out))
+                write(b"".join(out))
                 out.clear()
-            if not line.strip():
-                continue
             line = line.rstrip(b"\r\n")
-            report.events += 1
+            if not line or line.isspace():
+                continue
+            events += 1
             if len(line) > max_event_bytes:
                 report.bad += 1
                 set_aside(lineno, line, "oversize", f"{len(line)} bytes > limit {max_event_bytes}")
@@ -105,7 +110,7 @@ def run_replay(
                 continue
             run = ev.run_id
             try:
-                state, decisions = apply(states.get(run), ev, config)
+                state, decisions = apply(get(run), ev, config)
             except StaleSeqError as exc:
                 report.stale += 1
                 set_aside(lineno, line, exc.reason, str(exc))
@@ -115,13 +120,16 @@ def run_replay(
             else:
                 states[run] = state
             for d in decisions:
-                out.append(encode(d) + b"\n")
-                report.decisions += 1
-                report.actions[d.action] += 1
+                out.append(encode(d))
+                out.append(b"\n")
+                decisions_n += 1
+                actions[d.action] += 1
                 if d.detector:
-                    report.detectors[d.detector] += 1
-        dst.write(b"".join(out))
+                    detectors[d.detector] += 1
+        write(b"".join(out))
         dst.flush()
+        report.events = events
+        report.decisions = decisions_n
     finally:
         progress.close()
     return report
