@@ -53,20 +53,13 @@ def _decision(
 
 def _remember(state: RunState, d: Decision) -> tuple[Answer, ...]:
     kept = state.answers[-(REMEMBERED_DECISIONS - 1):] if len(state.answers) >= REMEMBERED_DECISIONS else state.answers
-    a = Answer(d.seq, d.gateway_id, d.agent_id, d.tool_call_id, d.tool_name, d.ts, d.action, d.level, d.detector,
-               d.count, d.warning_key, d.paired_tool_name, d.args_hash, d.config_hash)
-    return kept + (a,)
+    return kept + (Answer(d.seq, d.action, d.level, d.detector, d.count, d.warning_key, d.paired_tool_name),)
 
 
-def _answer_again(run_id: str, a: Answer) -> Decision:
-    return Decision(
-        run_id=run_id, seq=a.seq, gateway_id=a.gateway_id, agent_id=a.agent_id, tool_call_id=a.tool_call_id,
-        tool_name=a.tool_name, ts=a.ts, event_id=f"{run_id}:{a.seq}", action=a.action, level=a.level,
-        detector=a.detector, count=a.count,
-        message=message_for(a.action, a.detector, a.tool_name, a.count, a.paired_tool_name),
-        warning_key=a.warning_key, paired_tool_name=a.paired_tool_name, args_hash=a.args_hash,
-        config_hash=a.config_hash,
-    )
+def _answer_again(ev: ToolCall, a: Answer, config: DetectionConfig) -> Decision:
+    tool, sig, _ = call_facts(ev)
+    return _decision(ev, tool, sig, config.for_agent(ev.agent_id), a.action, a.level, a.detector, a.count,
+                     a.warning_key, a.paired_tool_name)
 
 
 def _append(history: tuple[Record, ...], rec: Record, size: int) -> tuple[Record, ...]:
@@ -146,7 +139,7 @@ def apply(state: RunState | None, ev: Event, config: DetectionConfig) -> tuple[R
         if isinstance(ev, ToolCall):
             for a in reversed(state.answers):
                 if a.seq == ev.seq:
-                    return state, (_answer_again(ev.run_id, a),)
+                    return state, (_answer_again(ev, a, config),)
             raise StaleSeqError(f"stale tool_call: seq {ev.seq} <= last applied seq {state.last_seq} of run {ev.run_id!r}")
         return state, ()
     if isinstance(ev, ToolCall):

@@ -32,23 +32,18 @@ class GuardEntry(Struct, frozen=True, array_like=True):
 
 
 class Answer(Struct, frozen=True, array_like=True):
-    """A remembered tool-call decision, compact: no run_id, event_id or message, which
-    are rebuilt from the run and the decision's own facts when a duplicate asks again."""
+    """A remembered tool-call verdict. A duplicate is the same event delivered again, so
+    everything else in its decision (ids, tool, args_hash, config_hash, message) is
+    rebuilt from the duplicate itself; this keeps a run's state, and so every changelog
+    record, small."""
 
     seq: int
-    gateway_id: str
-    agent_id: str | None
-    tool_call_id: str | None
-    tool_name: str
-    ts: int | None
     action: str
     level: str
-    detector: str | None
-    count: int | None
-    warning_key: str | None
-    paired_tool_name: str | None
-    args_hash: str | None
-    config_hash: str
+    detector: str | None = None
+    count: int | None = None
+    warning_key: str | None = None
+    paired_tool_name: str | None = None
 
 
 class RunState(Struct, frozen=True, kw_only=True):
