@@ -1,8 +1,6 @@
 import os
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -18,8 +16,3 @@ def scenario_files() -> list[Path]:
         # A missing folder must fail the run, never shrink it to nothing.
         return [d / "MISSING-conformance-scenarios.json"]
     return files
-
-
-@pytest.fixture
-def tmp(tmp_path):
-    return tmp_path

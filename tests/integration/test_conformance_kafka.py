@@ -48,7 +48,6 @@ def test_scenario_through_kafka(path, bootstrap, tmp_path, workers):
     for part, decisions in decisions_by_partition(msgs).items():
         for run, ds in per_run(decisions).items():
             assert ds == [d for d in expected if d["run_id"] == run], f"run {run} on partition {part}"
-        assert len({d["gateway_id"] for d in decisions} & {d["gateway_id"] for d in got}) >= 1
     # Decisions are keyed by gateway: one gateway's decisions all sit on one partition.
     where = {}
     for part, decisions in decisions_by_partition(msgs).items():

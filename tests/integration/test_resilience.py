@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 
 import pytest
@@ -115,8 +116,9 @@ def test_two_workers_decide_as_one(bootstrap, tmp_path, workers):
         results.append(by_run(got))
         if n_workers == 2:
             assert all(w.alive() for w in ws)
-            counted = [w.metrics() for w in ws]
-            assert all("loopwarden_events_total" in m for m in counted), "both workers took partitions"
+            applied = [float(re.search(r"^loopwarden_events_total (\S+)$", w.metrics(), re.M).group(1)) for w in ws]
+            assert all(n > 0 for n in applied), f"both workers must take partitions and apply events: {applied}"
+            assert sum(applied) >= len(events)
         for w in ws:
             w.stop()
     assert results[0] == results[1]
