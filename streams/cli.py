@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 `Error: ...` (nothing or not everything was done);
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -25,33 +26,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from .replay import file_size, run_replay
 
     config = _read_config(args.config)
-    opened = []
-    try:
-        if args.input == "-":
-            src, total = sys.stdin.buffer, None
-        else:
+    with contextlib.ExitStack() as files:
+        def open_file(path: str | None, mode: str, std, what: str):
+            if path is None:
+                return None
+            if path == "-":
+                return std
             try:
-                src = open(args.input, "rb")
+                return files.enter_context(open(path, mode))
             except OSError as exc:
-                raise LoopwardenError(f"cannot read input {args.input}: {exc.strerror}") from None
-            opened.append(src)
-            total = file_size(args.input)
-        if args.output == "-":
-            dst = sys.stdout.buffer
-        else:
-            try:
-                dst = open(args.output, "wb")
-            except OSError as exc:
-                raise LoopwardenError(f"cannot write output {args.output}: {exc.strerror}") from None
-            opened.append(dst)
-        dead = None
-        if args.dead_letter:
-            dead = open(args.dead_letter, "wb")
-            opened.append(dead)
+                raise LoopwardenError(f"cannot {what} {path}: {exc.strerror}") from None
+
+        src = open_file(args.input, "rb", sys.stdin.buffer, "read input")
+        dst = open_file(args.output, "wb", sys.stdout.buffer, "write output")
+        dead = open_file(args.dead_letter, "wb", None, "write dead letters to")
+        total = None if args.input == "-" else file_size(args.input)
         report = run_replay(config, src, dst, sys.stderr, dead, args.max_event_bytes, total)
-    finally:
-        for f in opened:
-            f.close()
     if args.stats:
         print(json.dumps(report.as_dict(), indent=None if args.json else 2), file=sys.stderr)
     if report.bad:
