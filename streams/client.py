@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaConnectionError
 from aiokafka.partitioner import murmur2
 from msgspec import UNSET
 
@@ -88,6 +89,9 @@ class GatewayClient:
             await self._producer.start()
             await self._consumer.start()
             await self._subscribe()
+        except KafkaConnectionError as exc:
+            await self.__aexit__()
+            raise LoopwardenError(f"cannot reach Kafka at {s.bootstrap}: {exc}") from None
         except BaseException:
             await self.__aexit__()
             raise

@@ -44,8 +44,16 @@ async def create_topics(s: settings_mod.Settings) -> list[str]:
         (s.events_topic, "delete"), (s.decisions_topic, "delete"), (s.deadletter_topic, "delete"),
         (s.changelog_topic, "compact"),
     ]
+    from aiokafka.errors import KafkaConnectionError
+
+    from .errors import BrokerError
+
     admin = AIOKafkaAdminClient(**s.kafka_kwargs())
-    await admin.start()
+    try:
+        await admin.start()
+    except KafkaConnectionError as exc:
+        await admin.close()
+        raise BrokerError(f"cannot reach Kafka at {s.bootstrap}: {exc}") from None
     created = []
     try:
         existing = set(await admin.list_topics())
@@ -116,7 +124,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--data-dir", help="Faust's working folder (default .loopwarden-data)")
     w.add_argument("--max-event-bytes", type=int, help="larger events go to the dead-letter topic (default 1 MiB)")
     w.add_argument("--batch-max", type=int, help="most events folded in one batch (default 500)")
-    w.add_argument("--producer-linger-ms", type=float, help="producer linger (default 5 ms)")
+    w.add_argument("--producer-linger-ms", type=float,
+                   help="linger of Faust's own producer (offsets, internal topics; default 5 ms); decisions and "
+                   "state writes go out in explicit batches")
     w.add_argument("--log-level", help="debug, info, warning (default), error")
     w.add_argument("--session-timeout-s", type=float,
                    help="consumer session timeout: how soon a dead worker's partitions move (default 30)")

@@ -57,3 +57,12 @@ def test_config_warnings_are_printed_and_do_not_stop_the_replay(tmp_path):
     p = run(["replay", "--config", str(cfg)], stdin=(json.dumps(call(0)) + "\n").encode())
     assert p.returncode == 0
     assert "warningThreshold: 0 is not a positive integer" in p.stderr.decode()
+
+
+def test_unreachable_broker_is_a_named_error():
+    from streams.localkafka import free_port
+
+    addr = f"127.0.0.1:{free_port()}"  # nothing listens there
+    p = subprocess.run(CMD + ["topics", "create", "--bootstrap", addr], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1
+    assert f"Error: cannot reach Kafka at {addr}" in p.stderr and "Traceback" not in p.stderr
