@@ -153,7 +153,6 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
         ok = not app.rebalancing and bool(app.consumer.assignment())
         return web.json({"status": "ok" if ok else "rebalancing", "app": settings.app_id}, status=200 if ok else 503)
 
-    app.loopwarden_metrics = metrics  # type: ignore[attr-defined]
     return app
 
 

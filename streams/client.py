@@ -21,7 +21,6 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaConnectionError
-from aiokafka.partitioner import murmur2
 from msgspec import UNSET
 
 from detectors.errors import LoopwardenError
@@ -30,15 +29,16 @@ from detectors.wire import (
     CompactionRetry, Decision, RunEnd, ToolCall, ToolResult, decode_decision, decode_value, encode,
 )
 
+from .publisher import partition_for as partition_bytes
 from .settings import Settings, build
 
 FAIL_OPEN = "fail-open"
 FAIL_CLOSED = "fail-closed"
 
 
-def partition_for(key: str, partitions: int) -> int:
-    """The partition Kafka's default partitioner (murmur2) picks for a key."""
-    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+def partition_for(gateway_id: str, partitions: int) -> int:
+    """The decisions partition of a gateway (Kafka's default partitioner on its id)."""
+    return partition_bytes(gateway_id.encode(), partitions)
 
 
 class GatewayClient:

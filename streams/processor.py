@@ -11,8 +11,8 @@ import time
 from typing import Any, Callable, Iterable, NamedTuple
 
 from detectors import DetectionConfig, EventError, RunState, apply, decode_event, decode_state
-from detectors.errors import DecodeError, OversizeError
-from detectors.wire import Decision, encode
+from detectors.errors import OversizeError
+from detectors.wire import Decision
 
 from .metrics import Metrics
 
@@ -121,4 +121,4 @@ def observe(metrics: Metrics, batch: list[Incoming], result: BatchResult) -> Non
         metrics.decisions.labels(action, detector).inc(n)
 
 
-__all__ = ["BatchResult", "DeadLetter", "Incoming", "KeyMismatch", "DecodeError", "encode", "process_batch"]
+__all__ = ["BatchResult", "DeadLetter", "Incoming", "KeyMismatch", "observe", "process_batch"]
