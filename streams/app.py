@@ -7,14 +7,13 @@ import logging
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from detectors import DetectionConfig, encode_state
-from detectors.wire import encode
 from mode import Service
+
+from detectors import DetectionConfig
 
 from .configfile import read_detection_config
 from .metrics import Metrics
-from .processor import Incoming, observe, process_batch
-from .publisher import Publisher, Record
+from .pipeline import Pipeline
 from .settings import Settings
 
 log = logging.getLogger("loopwarden.worker")
@@ -60,75 +59,39 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
     # The run states. Faust owns the table: its store, its changelog topic (compacted,
     # keyed by run_id), recovery on assignment. The store holds RunState objects written
     # by the agent, or the bytes Faust put there when it recovered a key from the
-    # changelog; the agent publishes each touched run's encoded state to the changelog
-    # once per batch, together with the batch's decisions (see publisher.py).
+    # changelog; the pipeline writes the touched runs' encoded states to the changelog
+    # itself, in explicit produce batches (see pipeline.py and publisher.py).
     runs = app.Table("runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions,
                      use_partitioner=True)
-    publisher = Publisher(settings.kafka_kwargs())
+    def lag() -> int:
+        consumer, total = app.consumer, 0
+        for tp in consumer.assignment():
+            if tp.topic == settings.events_topic:
+                try:
+                    high = consumer.highwater(tp) or 0
+                except Exception:  # not fetched yet
+                    continue
+                total += max(0, high - pipeline.progress.get(tp.partition, -1) - 1)
+        return total
+
+    pipeline = Pipeline(settings, config, metrics, lambda: runs.data, lag, lambda: app.should_stop or app.rebalancing,
+                        runs.changelog_topic.get_topic_name(), app.crash)
 
     @app.service
-    class _Publisher(Service):  # started and stopped with the worker
+    class _Pipeline(Service):  # started and stopped with the worker
         async def on_start(self) -> None:
-            await publisher.start()
+            await pipeline.start()
 
         async def on_stop(self) -> None:
-            await publisher.stop()
-
-    progress: dict[int, int] = {}
-
-    async def handle(batch) -> None:
-        msgs = [
-            Incoming(e.message.key, e.message.value, e.message.topic, e.message.partition, e.message.offset,
-                     e.message.timestamp)
-            for e in batch
-        ]
-        store = runs.data
-        result = process_batch(msgs, store.get, config, settings.max_event_bytes, metrics)
-        out = []
-        changelog = runs.changelog_topic.get_topic_name()
-        for key, state in result.writes.items():
-            if state is None:
-                store.pop(key, None)
-                out.append(Record(changelog, key, None))
-            else:
-                store[key] = state
-                out.append(Record(changelog, key, encode_state(state)))
-        for d in result.decisions:
-            out.append(Record(settings.decisions_topic, d.gateway_id.encode(), encode(d)))
-        for dl in result.dead:
-            out.append(Record(settings.deadletter_topic, dl.key, dl.value, dl.headers,
-                              None if dl.key is not None else 0))
-        await publisher.publish(out)
-        for m in msgs:
-            progress[m.partition] = m.offset
-        observe(metrics, msgs, result)
+            await pipeline.stop()
 
     @app.agent(events, concurrency=1)
     async def judge(stream):
-        # A batch is whatever has arrived while the previous one was handled (at most
-        # batch_max): under load batches grow by themselves, and a lone event is handled
-        # at once, with no timer to wait out. Events are acknowledged by hand, once the
-        # broker has everything their batch produced, so a committed offset never runs
-        # ahead of a decision or a state write.
+        # The agent passes its events on; the pipeline folds them in batches, publishes
+        # the output and acknowledges each event by hand once that output is durable.
         stream.enable_acks = False
-        batch = []
         async for event in stream.events():
-            batch.append(event)
-            if len(batch) < settings.batch_max and not stream.channel.empty():
-                continue
-            try:
-                await handle(batch)
-            except Exception as exc:
-                # Not a bad event (those are dead letters): the output could not be
-                # published. Acknowledging nothing and stopping the whole worker hands its
-                # partitions, from their committed offsets, to a healthy member; a restarted
-                # agent would go on after the failed batch and lose it.
-                log.critical("stopping the worker: a batch could not be handled: %r", exc)
-                await app.crash(exc)
-                raise
-            for e in batch:
-                await stream.ack(e)
-            batch = []
+            await pipeline.add(event)
 
     @app.timer(interval=5.0)
     async def report_lag():
@@ -140,7 +103,7 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
                 high = consumer.highwater(tp)
             except Exception:  # not fetched yet
                 continue
-            done = progress.get(tp.partition, -1) + 1
+            done = pipeline.progress.get(tp.partition, -1) + 1
             metrics.lag.labels(str(tp.partition)).set(max(0, (high or 0) - done))
         metrics.runs.set(len(runs))
 
@@ -161,6 +124,8 @@ def run_worker(settings: Settings) -> None:
     import asyncio
 
     from .commands import create_topics
+
+
 
     app = create_app(settings)
     created = asyncio.run(create_topics(settings))  # idempotent: a fresh cluster needs no extra step

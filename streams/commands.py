@@ -124,6 +124,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--data-dir", help="Faust's working folder (default .loopwarden-data)")
     w.add_argument("--max-event-bytes", type=int, help="larger events go to the dead-letter topic (default 1 MiB)")
     w.add_argument("--batch-max", type=int, help="most events folded in one batch (default 500)")
+    w.add_argument("--batch-linger-ms", type=float,
+                   help="while the worker is behind (at least --batch-max events waiting), wait up to this "
+                        "long for a full batch (default 10; 0: never). Caught up, an event is folded at once")
+    w.add_argument("--flush-interval-ms", type=float,
+                   help="how often touched run states are written to the changelog and the input is "
+                        "acknowledged (default 1000; 0: after every batch). A crash replays at most this "
+                        "much input, which the engine answers identically")
     w.add_argument("--producer-linger-ms", type=float,
                    help="linger of Faust's own producer (offsets, internal topics; default 5 ms); decisions and "
                    "state writes go out in explicit batches")

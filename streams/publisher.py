@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from functools import lru_cache
 from typing import Iterable, NamedTuple
 
 from aiokafka import AIOKafkaProducer
@@ -26,8 +27,10 @@ class Record(NamedTuple):
     partition: int | None = None  # None: the default partitioner's choice for the key
 
 
+@lru_cache(maxsize=1 << 16)
 def partition_for(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner (murmur2) picks for a key."""
+    """The partition Kafka's default partitioner (murmur2) picks for a key (murmur2 is
+    pure Python; the same gateway and run keys come back batch after batch)."""
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
@@ -66,8 +69,10 @@ class Publisher(Service):
             n = self._partitions[topic] = len(await p.partitions_for(topic))
         return n
 
-    async def publish(self, records: Iterable[Record]) -> None:
-        """Publish every record and return once all are acknowledged by the broker."""
+    async def send(self, records: Iterable[Record]) -> asyncio.Future:
+        """Queue every record; the returned future is done once all are acknowledged by
+        the broker. Calls made one after another (never concurrently) keep their order
+        within each partition, so a caller need not wait for one delivery before the next."""
         p = self._producer or await self._ensure_producer()
         groups: dict[tuple[str, int], list[Record]] = defaultdict(list)
         for r in records:
@@ -84,5 +89,8 @@ class Publisher(Service):
                     batch = p.create_batch()
                     batch.append(key=r.key, value=r.value, timestamp=None, headers=r.headers or [])
             futures.append(await p.send_batch(batch, topic, partition=part))
-        if futures:
-            await asyncio.gather(*futures)
+        return asyncio.gather(*futures)
+
+    async def publish(self, records: Iterable[Record]) -> None:
+        """Publish every record and return once all are acknowledged by the broker."""
+        await (await self.send(records))

@@ -24,6 +24,9 @@ class Settings:
     config: str | None = None  # detection config file (JSON or JSON5)
     max_event_bytes: int = 1 << 20
     batch_max: int = 500
+    batch_linger_ms: float = 10.0  # only while behind: how long to wait for a fuller batch
+    # How often the touched runs' states go to the changelog (and the input is committed).
+    flush_interval_ms: float = 1000.0
     producer_linger_ms: float = 5.0
     web_host: str = "127.0.0.1"
     web_port: int = 6066
@@ -108,6 +111,12 @@ def build(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None 
     s = replace(s, **given)
     if s.partitions < 1:
         raise SettingsError(f"partitions must be at least 1, got {s.partitions}")
+    if s.batch_max < 1:
+        raise SettingsError(f"batch_max must be at least 1, got {s.batch_max}")
+    if s.batch_linger_ms < 0:
+        raise SettingsError(f"batch_linger_ms must not be negative, got {s.batch_linger_ms}")
+    if s.flush_interval_ms < 0:
+        raise SettingsError(f"flush_interval_ms must not be negative, got {s.flush_interval_ms}")
     if s.max_event_bytes < 1:
         raise SettingsError(f"max_event_bytes must be positive, got {s.max_event_bytes}")
     if s.security_protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):

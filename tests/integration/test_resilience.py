@@ -11,9 +11,9 @@ import time
 import pytest
 
 from benchmarks.trace import generate
-from detectors import DetectionConfig, decode_event, encode, replay
+from detectors import DetectionConfig, apply, decode_event, encode, encode_state, replay
 from tests.integration.harness import (
-    WorkerProcess, consume, decisions_by_partition, event_records, new_prefix, produce, setup_topics,
+    WorkerProcess, consume, decisions_by_partition, event_records, fresh_worker, new_prefix, produce, setup_topics,
 )
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}}
@@ -144,3 +144,28 @@ def test_killed_worker_resumes_from_the_changelog(bootstrap, tmp_path, workers):
     got = dedupe([d for part in decisions_by_partition(msgs).values() for d in part])
     assert by_run(got) == by_run(expected)
     assert w.starts == 2 and w.alive()
+
+
+def test_a_stopped_worker_leaves_every_run_state_in_the_changelog(bootstrap, tmp_path, workers):
+    # States are written once per flush interval; a SIGTERM must store the last ones
+    # before the worker exits, so the changelog holds each run's state after its last
+    # event (a tombstone for an ended run), byte for byte the offline fold.
+    events = [json.loads(x) for x in generate(1500, seed=23, concurrent=8)]
+    cfg = DetectionConfig(CONFIG)
+    final: dict[bytes, bytes | None] = {}
+    states: dict[str, object] = {}
+    for e in events:
+        ev = decode_event(json.dumps(e))
+        states[ev.run_id], _ = apply(states.get(ev.run_id), ev, cfg)
+        final[ev.run_id.encode()] = None if states[ev.run_id] is None else encode_state(states[ev.run_id])
+    assert any(v is None for v in final.values()) and any(v is not None for v in final.values())
+    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG, extra=("--flush-interval-ms", "60000"))
+    produce(bootstrap, s.events_topic, event_records(events))
+    consume(bootstrap, s.decisions_topic, len(offline(events)), timeout=60, settle=0)
+    w.stop()
+    assert w.proc.returncode == 0, "the worker must exit by itself on SIGTERM, not be killed"
+    stored: dict[bytes, bytes | None] = {}
+    for m in sorted(consume(bootstrap, s.changelog_topic, len(final), timeout=30, settle=2),
+                    key=lambda m: (m.partition, m.offset)):
+        stored[m.key] = m.value
+    assert stored == final

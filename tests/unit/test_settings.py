@@ -27,6 +27,9 @@ def test_security_settings_reach_the_kafka_clients():
     ({"LOOPWARDEN_PARTITIONS": "many"}, {}, "LOOPWARDEN_PARTITIONS='many' is not a number"),
     ({}, {"partitions": 0}, "partitions must be at least 1"),
     ({}, {"security_protocol": "TLS"}, "security_protocol 'TLS'"),
+    ({"LOOPWARDEN_FLUSH_INTERVAL_MS": "-1"}, {}, "flush_interval_ms must not be negative, got -1"),
+    ({}, {"batch_linger_ms": -5.0}, "batch_linger_ms must not be negative"),
+    ({}, {"batch_max": 0}, "batch_max must be at least 1"),
 ])
 def test_bad_values_are_named(env, flags, message):
     with pytest.raises(SettingsError, match=message):

@@ -1,0 +1,197 @@
+"""What the worker's agent hands its events to: batches, output, state flushes, acks.
+
+The agent only passes events on (`add`). One task here folds whatever has been passed
+on since it last looked, so batches size themselves: under load many events arrive
+while a batch's output travels to the broker, and a lone event is folded at once,
+with no timer to wait out. At most one batch's output is in flight.
+
+Run states go to the changelog at most once per flush interval, not once per batch:
+under load that is one record per touched run per interval. Input is acknowledged only
+once everything that depends on it is durable (its decisions, dead letters and the
+states that include it), so a committed offset never runs ahead of the stored state. A
+restarted worker replays the input after the committed offset, and the engine answers
+an event it has already seen exactly as it did the first time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Awaitable, Callable
+
+from mode import Service
+
+from detectors import DetectionConfig, RunState, encode_state
+from detectors.wire import encode
+
+from .metrics import Metrics
+from .processor import Incoming, observe, process_batch
+from .publisher import Publisher, Record
+from .settings import Settings
+
+log = logging.getLogger("loopwarden.worker")
+
+
+class Pipeline(Service):
+    def __init__(
+        self,
+        settings: Settings,
+        config: DetectionConfig,
+        metrics: Metrics,
+        store: Callable[[], Any],
+        lag: Callable[[], int],
+        hurry: Callable[[], bool],
+        changelog_topic: str,
+        on_error: Callable[[BaseException], Awaitable[None]],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.settings = settings
+        self.config = config
+        self.metrics = metrics
+        self.store = store  # the table's store (a dict-like of run key -> RunState or bytes)
+        self.changelog_topic = changelog_topic
+        self.lag = lag  # events of the assigned partitions not folded yet
+        self.hurry = hurry  # true while the app stops or rebalances: flush now
+        self.linger = settings.batch_linger_ms / 1000.0
+        self.on_error = on_error
+        self.publisher = Publisher(settings.kafka_kwargs())
+        self.interval = settings.flush_interval_ms / 1000.0
+        self.progress: dict[int, int] = {}  # partition -> last offset folded
+        self._waiting: list = []  # events passed on, not folded yet
+        self._arrived = asyncio.Event()
+        self._full = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._dirty: dict[bytes, RunState | None] = {}  # run key -> state to store (None: ended)
+        self._unacked: list = []  # folded since the last flush
+        self._sent: list[asyncio.Future] = []  # deliveries queued since the last flush
+        self._settling: set[asyncio.Task] = set()
+        self._turn = asyncio.Lock()  # one batch or one flush at a time: output is queued in order
+        self._last_flush = time.monotonic()
+
+    async def add(self, event: Any) -> None:
+        """Pass an event on; waits only when far more than a batch is waiting."""
+        self._waiting.append(event)
+        self._arrived.set()
+        if len(self._waiting) >= self.settings.batch_max:
+            self._full.set()
+        if len(self._waiting) >= 4 * self.settings.batch_max:
+            self._room.clear()
+            await self._room.wait()
+
+    async def on_start(self) -> None:
+        await self.publisher.start()
+
+    async def on_stop(self) -> None:
+        try:
+            async with self._turn:
+                await self._flush()
+            await asyncio.gather(*self._settling, return_exceptions=True)
+        finally:
+            await self.publisher.stop()
+
+    @Service.task
+    async def _fold_loop(self) -> None:
+        n = self.settings.batch_max
+        while not self.should_stop:
+            await self._arrived.wait()
+            if self.linger and len(self._waiting) < n and self.lag() >= n:
+                # Behind: the events are already waiting in Kafka, so a fuller batch costs
+                # no latency, and it spreads the per-batch work (produce requests, futures)
+                # over more events. Caught up, a batch is folded at once.
+                self._full.clear()
+                try:
+                    await asyncio.wait_for(self._full.wait(), self.linger)
+                except asyncio.TimeoutError:
+                    pass
+            batch, self._waiting = self._waiting[:n], self._waiting[n:]
+            if not self._waiting:
+                self._arrived.clear()
+            self._room.set()
+            try:
+                async with self._turn:
+                    await self._handle(batch)
+            except Exception as exc:
+                await self._fail(exc)
+                return
+
+    @Service.timer(0.1)
+    async def _flush_when_idle(self) -> None:
+        # Under load the fold loop flushes between batches; when input stops, this stores
+        # the last states and acknowledges the last events. A rebalance or a shutdown
+        # waits for every event to be acknowledged, so then it does not wait.
+        due = time.monotonic() - self._last_flush >= self.interval or self.hurry()
+        if (self._dirty or self._unacked) and due and not self._turn.locked():
+            try:
+                async with self._turn:
+                    await self._flush()
+            except Exception as exc:
+                await self._fail(exc)
+
+    async def _handle(self, batch: list) -> None:
+        s = self.settings
+        msgs = [
+            Incoming(e.message.key, e.message.value, e.message.topic, e.message.partition, e.message.offset,
+                     e.message.timestamp)
+            for e in batch
+        ]
+        store = self.store()
+        result = process_batch(msgs, store.get, self.config, s.max_event_bytes, self.metrics)
+        for key, state in result.writes.items():
+            if state is None:
+                store.pop(key, None)
+            else:
+                store[key] = state
+            self._dirty[key] = state
+        out = [Record(s.decisions_topic, d.gateway_id.encode(), encode(d)) for d in result.decisions]
+        for dl in result.dead:
+            out.append(Record(s.deadletter_topic, dl.key, dl.value, dl.headers, None if dl.key is not None else 0))
+        if self._sent:
+            # This batch was folded while the last one travelled; wait for it before
+            # queueing more, and let the events arriving meanwhile make the next batch.
+            await asyncio.shield(self._sent[-1])
+        if out:
+            self._sent.append(await self.publisher.send(out))
+        self._unacked.extend(batch)
+        if time.monotonic() - self._last_flush >= self.interval:
+            await self._flush()
+        for m in msgs:
+            self.progress[m.partition] = m.offset
+        observe(self.metrics, msgs, result)
+
+    async def _flush(self) -> None:
+        out = [
+            Record(self.changelog_topic, key, None if state is None else encode_state(state))
+            for key, state in self._dirty.items()
+        ]
+        events, deliveries = self._unacked, self._sent
+        self._dirty, self._unacked, self._sent = {}, [], []
+        self._last_flush = time.monotonic()
+        if out:
+            deliveries.append(await self.publisher.send(out))
+        if events or deliveries:
+            task = asyncio.ensure_future(self._settle(deliveries, events))
+            self._settling.add(task)
+            task.add_done_callback(self._settling.discard)
+        self.metrics.flushes.inc()
+        self.metrics.flushed_states.inc(len(out))
+
+    async def _settle(self, deliveries: list[asyncio.Future], events: list) -> None:
+        # Runs beside the fold loop, which goes on with the next batches meanwhile.
+        try:
+            for d in deliveries:
+                await d
+        except Exception as exc:
+            await self._fail(exc)
+            return
+        for e in events:
+            e.ack()
+
+    async def _fail(self, exc: BaseException) -> None:
+        # Not a bad event (those are dead letters): output could not be published.
+        # Acknowledging nothing and stopping the whole worker hands its partitions, from
+        # their committed offsets, to a healthy member.
+        log.critical("stopping the worker: output could not be published: %r", exc)
+        await self.on_error(exc)
