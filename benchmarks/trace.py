@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import random
 
+from detectors.fingerprint import fingerprint
+from detectors.wire import decode_event, encode
+
 LOOP_KINDS = ("repeat", "poll", "pingpong", "unknown")
 
 
@@ -55,8 +58,10 @@ def _run_events(rng: random.Random, run: str, gw: str, length: int, loop: str | 
     yield {"type": "run_end", "run_id": run, "seq": seq, "gateway_id": gw}
 
 
-def generate(n_events: int, seed: int = 7, concurrent: int = 400) -> list[bytes]:
-    """About n_events JSON lines; `concurrent` runs are interleaved at any time."""
+def generate(n_events: int, seed: int = 7, concurrent: int = 400, privacy: bool = False) -> list[bytes]:
+    """About n_events JSON lines; `concurrent` runs are interleaved at any time. With
+    `privacy`, each event is in the form the client library sends by default (hashes
+    computed at the gateway, no params or results)."""
     rng = random.Random(seed)
     lines: list[bytes] = []
     active: list = []
@@ -72,7 +77,8 @@ def generate(n_events: int, seed: int = 7, concurrent: int = 400) -> list[bytes]
         if ev is None:
             active.pop(k)
             continue
-        lines.append(json.dumps(ev, separators=(",", ":")).encode())
+        line = json.dumps(ev, separators=(",", ":")).encode()
+        lines.append(encode(fingerprint(decode_event(line))) if privacy else line)
     return lines
 
 
