@@ -1,5 +1,10 @@
 """The state of one run, and its versioned binary encoding (what a Faust table stores).
 
+The state types are not tracked by the cycle collector (`gc=False`): they hold only
+strings, numbers and tuples or dicts of those, so they can never be part of a cycle,
+and a worker holding many thousands of runs would otherwise have its full collections
+walk all of them.
+
 Everything here is bounded by the config: `history` by historySize, `warned` by
 MAX_WARNING_KEYS, `answers` by REMEMBERED_DECISIONS, the guard window by windowSize.
 """
@@ -15,7 +20,7 @@ MAX_WARNING_KEYS = 256
 REMEMBERED_DECISIONS = 64
 
 
-class Record(Struct, frozen=True, array_like=True):
+class Record(Struct, frozen=True, array_like=True, gc=False):
     """One history entry: a call, and its outcome once the result arrived."""
 
     tool_name: str
@@ -25,13 +30,13 @@ class Record(Struct, frozen=True, array_like=True):
     unknown_tool_name: str | None = None
 
 
-class GuardEntry(Struct, frozen=True, array_like=True):
+class GuardEntry(Struct, frozen=True, array_like=True, gc=False):
     tool_name: str
     args_hash: str
     result_hash: str
 
 
-class Answer(Struct, frozen=True, array_like=True):
+class Answer(Struct, frozen=True, array_like=True, gc=False):
     """A remembered tool-call verdict. A duplicate is the same event delivered again, so
     everything else in its decision (ids, tool, args_hash, config_hash, message) is
     rebuilt from the duplicate itself; this keeps a run's state, and so every changelog
@@ -46,7 +51,7 @@ class Answer(Struct, frozen=True, array_like=True):
     paired_tool_name: str | None = None
 
 
-class RunState(Struct, frozen=True, kw_only=True):
+class RunState(Struct, frozen=True, kw_only=True, gc=False):
     """A run's rolling state."""
 
     version: int = STATE_VERSION

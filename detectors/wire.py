@@ -28,7 +28,7 @@ ToolName = Annotated[str, Meta(min_length=1)]  # blank after trimming: refused i
 Seq = Annotated[int, Meta(ge=0)]
 
 
-class _Event(Struct, frozen=True, kw_only=True, tag_field="type"):
+class _Event(Struct, frozen=True, kw_only=True, tag_field="type", gc=False):
     run_id: NonEmpty
     seq: Seq
     gateway_id: NonEmpty
@@ -67,7 +67,7 @@ class RunEnd(_Event, tag="run_end"):
 Event = Union[ToolCall, ToolResult, CompactionRetry, RunEnd]
 
 
-class Decision(Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Decision(Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """The verdict for one event; field order is the wire order."""
 
     run_id: str
