@@ -60,8 +60,10 @@ def params_of(i: int) -> dict:
             "options": {"limit": i % 200, "recursive": True}}
 
 
-async def paced(rate: float, seconds: float, call) -> list[float]:
-    """Open loop: start call(i) every 1/rate s; each awaits its own answer."""
+async def paced(rate: float, seconds: float, call, warmup: float = 3.0) -> list[float]:
+    """Open loop: start call(i) every 1/rate s, each awaiting its own answer; latencies of
+    the calls started after `warmup` seconds. One continuous stream: a pause between
+    warm-up and measurement would make the first measured calls start from idle."""
     lat: list[float] = []
     tasks = []
     t0 = time.perf_counter()
@@ -69,17 +71,18 @@ async def paced(rate: float, seconds: float, call) -> list[float]:
     while True:
         due = t0 + i / rate
         now = time.perf_counter()
-        if due - t0 > seconds:
+        if due - t0 > warmup + seconds:
             break
         if due > now:
             await asyncio.sleep(due - now)
 
-        async def one(k: int) -> None:
+        async def one(k: int, measured: bool) -> None:
             s = time.perf_counter()
             await call(k)
-            lat.append(time.perf_counter() - s)
+            if measured:
+                lat.append(time.perf_counter() - s)
 
-        tasks.append(asyncio.create_task(one(i)))
+        tasks.append(asyncio.create_task(one(i, due - t0 >= warmup)))
         i += 1
     await asyncio.gather(*tasks)
     return lat
@@ -130,7 +133,6 @@ async def echo_latency(bootstrap: str, rate: float, seconds: float, tmp: Path) -
             await producer.send(req, key=f"run-{i}".encode(), value=body, headers=[("gw", gw), ("id", ident)])
             await asyncio.wait_for(fut, 10)
 
-        await paced(rate, 2, call)  # warm-up
         lat = await paced(rate, seconds, call)
         for r in readers:
             r.cancel()
@@ -167,7 +169,7 @@ async def loopwarden_latency(bootstrap: str, rate: float, seconds: float, tmp: P
     prefix = f"bench-lw-{uuid.uuid4().hex[:6]}."
     s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
     await create_topics(s)
-    worker, _ = start_worker(bootstrap, prefix, tmp, "latency")
+    worker, _ = start_worker(bootstrap, prefix, tmp, "latency", os.environ.get("LW_EXTRA", "").split())
     try:
         clients = [GatewayClient(settings=s, gateway_id=f"sim-gw-{g:02d}", timeout_s=10) for g in range(GATEWAYS)]
         for c in clients:
@@ -177,7 +179,6 @@ async def loopwarden_latency(bootstrap: str, rate: float, seconds: float, tmp: P
             d = await clients[i % GATEWAYS].check(f"run-{i % 400}", "read", params_of(i))
             assert not d.degraded
 
-        await paced(rate, 2, call)
         lat = await paced(rate, seconds, call)
         for c in clients:
             await c.__aexit__(None, None, None)
