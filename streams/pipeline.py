@@ -56,7 +56,8 @@ class Pipeline(Service):
         self.hurry = hurry  # true while the app stops or rebalances: flush now
         self.linger = settings.batch_linger_ms / 1000.0
         self.on_error = on_error
-        self.publisher = Publisher(settings.kafka_kwargs())
+        self.publisher = Publisher(settings.kafka_kwargs())  # decisions and dead letters
+        self.states = Publisher(settings.kafka_kwargs())  # changelog records
         self.interval = settings.flush_interval_ms / 1000.0
         self.progress: dict[int, int] = {}  # partition -> last offset folded
         self._waiting: list = []  # events passed on, not folded yet
@@ -67,8 +68,7 @@ class Pipeline(Service):
         self._dirty: dict[bytes, RunState | None] = {}  # run key -> state to store (None: ended)
         self._unacked: list = []  # folded since the last flush
         self._sent: list[asyncio.Future] = []  # deliveries queued since the last flush
-        self._settling: set[asyncio.Task] = set()
-        self._turn = asyncio.Lock()  # one batch or one flush at a time: output is queued in order
+        self._flushing = asyncio.Lock()  # one flush at a time: state records stay in order
         self._last_flush = time.monotonic()
 
     async def add(self, event: Any) -> None:
@@ -83,14 +83,14 @@ class Pipeline(Service):
 
     async def on_start(self) -> None:
         await self.publisher.start()
+        await self.states.start()
 
     async def on_stop(self) -> None:
         try:
-            async with self._turn:
-                await self._flush()
-            await asyncio.gather(*self._settling, return_exceptions=True)
+            await self._flush()
         finally:
             await self.publisher.stop()
+            await self.states.stop()
 
     @Service.task
     async def _fold_loop(self) -> None:
@@ -111,22 +111,18 @@ class Pipeline(Service):
                 self._arrived.clear()
             self._room.set()
             try:
-                async with self._turn:
-                    await self._handle(batch)
+                await self._handle(batch)
             except Exception as exc:
                 await self._fail(exc)
                 return
 
-    @Service.timer(0.1)
-    async def _flush_when_idle(self) -> None:
-        # Under load the fold loop flushes between batches; when input stops, this stores
-        # the last states and acknowledges the last events. A rebalance or a shutdown
-        # waits for every event to be acknowledged, so then it does not wait.
-        due = time.monotonic() - self._last_flush >= self.interval or self.hurry()
-        if (self._dirty or self._unacked) and due and not self._turn.locked():
+    @Service.timer(0.05)
+    async def _flush_when_due(self) -> None:
+        # Once per interval; at once while the app stops or rebalances, since both wait
+        # for every event to be acknowledged.
+        if (self._dirty or self._unacked) and (time.monotonic() - self._last_flush >= self.interval or self.hurry()):
             try:
-                async with self._turn:
-                    await self._flush()
+                await self._flush()
             except Exception as exc:
                 await self._fail(exc)
 
@@ -153,41 +149,38 @@ class Pipeline(Service):
             # queueing more, and let the events arriving meanwhile make the next batch.
             await asyncio.shield(self._sent[-1])
         if out:
-            self._sent.append(await self.publisher.send(out))
+            delivered = await self.publisher.send(out)
+            self._sent.append(delivered)
+        # The states went into _dirty before these events go into _unacked: a flush in
+        # between stores a state ahead of its acknowledgement, never behind it.
         self._unacked.extend(batch)
-        if time.monotonic() - self._last_flush >= self.interval:
-            await self._flush()
         for m in msgs:
             self.progress[m.partition] = m.offset
         observe(self.metrics, msgs, result)
 
     async def _flush(self) -> None:
-        out = [
-            Record(self.changelog_topic, key, None if state is None else encode_state(state))
-            for key, state in self._dirty.items()
-        ]
-        events, deliveries = self._unacked, self._sent
-        self._dirty, self._unacked, self._sent = {}, [], []
-        self._last_flush = time.monotonic()
-        if out:
-            deliveries.append(await self.publisher.send(out))
-        if events or deliveries:
-            task = asyncio.ensure_future(self._settle(deliveries, events))
-            self._settling.add(task)
-            task.add_done_callback(self._settling.discard)
-        self.metrics.flushes.inc()
-        self.metrics.flushed_states.inc(len(out))
+        """Store the touched runs' states, then acknowledge the events they include.
 
-    async def _settle(self, deliveries: list[asyncio.Future], events: list) -> None:
-        # Runs beside the fold loop, which goes on with the next batches meanwhile.
-        try:
+        Runs beside the fold loop: states are immutable, so taking the dirty map is a
+        snapshot, and the changelog has a producer (a connection) of its own, so a large
+        flush never holds up the decisions queued behind it."""
+        async with self._flushing:
+            dirty, events, deliveries = self._dirty, self._unacked, self._sent
+            self._dirty, self._unacked, self._sent = {}, [], []
+            self._last_flush = time.monotonic()
+            out = []
+            for i, (key, state) in enumerate(dirty.items()):
+                out.append(Record(self.changelog_topic, key, None if state is None else encode_state(state)))
+                if i % 64 == 63:
+                    await asyncio.sleep(0)  # let the fold loop go on between chunks
+            if out:
+                deliveries = [*deliveries, await self.states.send(out)]
             for d in deliveries:
                 await d
-        except Exception as exc:
-            await self._fail(exc)
-            return
-        for e in events:
-            e.ack()
+            for e in events:
+                e.ack()
+            self.metrics.flushes.inc()
+            self.metrics.flushed_states.inc(len(out))
 
     async def _fail(self, exc: BaseException) -> None:
         # Not a bad event (those are dead letters): output could not be published.
