@@ -169,7 +169,7 @@ async def loopwarden_latency(bootstrap: str, rate: float, seconds: float, tmp: P
     prefix = f"bench-lw-{uuid.uuid4().hex[:6]}."
     s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
     await create_topics(s)
-    worker, _ = start_worker(bootstrap, prefix, tmp, "latency", os.environ.get("LW_EXTRA", "").split())
+    worker, _ = start_worker(bootstrap, prefix, tmp, "latency")
     try:
         clients = [GatewayClient(settings=s, gateway_id=f"sim-gw-{g:02d}", timeout_s=10) for g in range(GATEWAYS)]
         for c in clients:
