@@ -75,10 +75,12 @@ class Publisher(Service):
         within each partition, so a caller need not wait for one delivery before the next."""
         p = self._producer or await self._ensure_producer()
         groups: dict[tuple[str, int], list[Record]] = defaultdict(list)
+        counts = self._partitions
         for r in records:
             part = r.partition
             if part is None:
-                part = partition_for(r.key or b"", await self._count(r.topic))
+                n = counts.get(r.topic) or await self._count(r.topic)
+                part = partition_for(r.key or b"", n)
             groups[(r.topic, part)].append(r)
         futures = []
         for (topic, part), recs in groups.items():
