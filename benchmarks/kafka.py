@@ -1,12 +1,16 @@
 """Latency and throughput on the project's local broker, measured side by side.
 
-    python -m benchmarks.kafka [--bootstrap HOST:PORT] [--rate 1000] [--seconds 20] [--events 60000]
+    python -m benchmarks.kafka [--bootstrap HOST:PORT] [--rate 1000] [--seconds 20] [--events 60000] [--rounds 3]
 
+Without --bootstrap it starts its own local broker (full JIT) and stops it at the end.
 (a) echo: a bare aiokafka request-reply loop (benchmarks/echo_responder.py), same message
     sizes, partitions and gateways as (b); (b) loopwarden end to end through GatewayClient
-    and a worker process; both paced at --rate calls per second. (c) throughput over one
-    preloaded events topic: a bare aiokafka consume-and-produce loop, a do-nothing Faust
-    agent (benchmarks/noop_agent.py), one loopwarden worker, and two workers.
+    and a worker process; both one open loop at --rate calls per second, after 3 s of
+    warm-up. (c) throughput: a bare aiokafka consume-and-produce loop over a preloaded
+    topic, then in each round a do-nothing Faust agent (benchmarks/noop_agent.py), one
+    loopwarden worker and two workers, each joining an empty topic that then gets all
+    events at once; the headline uses privacy-form events (the client's default), and
+    `raw_events` repeats the no-op agent and one worker with raw payloads.
 Prints one JSON object; a PNG of the latency distributions goes to benchmarks/out/.
 """
 
@@ -23,6 +27,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from statistics import median
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -262,8 +267,11 @@ async def worker_throughput(bootstrap: str, lines: list[bytes], calls: int, tmp:
         wall = time.time() - t0
         cpu1 = [cpu_seconds(p.pid) for p in procs] + [cpu_seconds(broker_pid) if broker_pid else 0.0]
         used = [round((b - a) / wall, 2) for a, b in zip(cpu0, cpu1)]
-        return {"events_per_s": round(len(lines) / span), "cores_used_by_workers": used[:-1],
-                "cores_used_by_broker": used[-1] if broker_pid else None}
+        eps = round(len(lines) / span)
+        return {"events_per_s": eps, "cores_used_by_workers": used[:-1],
+                "cores_used_by_broker": used[-1] if broker_pid else None,
+                # events per second per core the workers used, over the whole wall time
+                "events_per_worker_core": round(len(lines) / wall / max(0.01, sum(used[:-1])))}
     finally:
         for p in procs:
             end(p)
@@ -290,38 +298,51 @@ async def noop_throughput(bootstrap: str, lines: list[bytes], tmp: Path) -> floa
         end(p)
 
 
-async def throughput(bootstrap: str, n: int, tmp: Path, broker_pid: int | None) -> dict:
+async def throughput(bootstrap: str, n: int, rounds: int, tmp: Path, broker_pid: int | None) -> dict:
     """The headline figures use events in the form the client library sends by default
     (privacy mode: hashes, no payloads); `raw_events` repeats noop and one worker with
-    raw params and results, which the worker hashes itself."""
+    raw params and results, which the worker hashes itself. Each round measures the
+    no-op agent, one worker and (privacy form) two workers back to back; the figures are
+    the medians over the rounds, and each ratio is the median of the per-round ratios."""
     out: dict = {}
     for form in ("privacy", "raw"):
         lines = generate(n, seed=21, concurrent=800, privacy=form == "privacy")
         calls = sum(1 for ln in lines if b'"type":"tool_call"' in ln)
         row: dict = {"mean_event_bytes": round(sum(map(len, lines)) / len(lines))}
         if form == "privacy":
-            prefix = f"bench-tp-{uuid.uuid4().hex[:6]}."
-            s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
-            await create_topics(s)
-            await preload(bootstrap, s.events_topic, lines)
-            bare = run_json([sys.executable, "-m", "benchmarks.echo_responder", bootstrap, s.events_topic,
-                             prefix + "bare-out", prefix + "bare", str(n)], tmp, "bare")
-            row["bare_events_per_s"] = round(n / bare["seconds"])
-        row["noop_faust_events_per_s"] = round(await noop_throughput(bootstrap, lines, tmp))
-        one = await worker_throughput(bootstrap, lines, calls, tmp, 1, broker_pid)
-        row["worker_events_per_s"] = one.pop("events_per_s")
-        row["throughput_ratio"] = round(row["worker_events_per_s"] / row["noop_faust_events_per_s"], 2)
-        cpu = {"one_worker": one}
+            bares = []
+            for _ in range(2):  # the first one also warms the broker up
+                prefix = f"bench-tp-{uuid.uuid4().hex[:6]}."
+                s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
+                await create_topics(s)
+                await preload(bootstrap, s.events_topic, lines)
+                bare = run_json([sys.executable, "-m", "benchmarks.echo_responder", bootstrap, s.events_topic,
+                                 prefix + "bare-out", prefix + "bare", str(n)], tmp, "bare")
+                bares.append(round(n / bare["seconds"]))
+            row["bare_events_per_s"] = max(bares)
+        noop, one, two, cpu1, cpu2 = [], [], [], [], []
+        for _ in range(rounds):
+            noop.append(round(await noop_throughput(bootstrap, lines, tmp)))
+            r1 = await worker_throughput(bootstrap, lines, calls, tmp, 1, broker_pid)
+            one.append(r1.pop("events_per_s"))
+            cpu1.append(r1)
+            if form == "privacy":
+                r2 = await worker_throughput(bootstrap, lines, calls, tmp, 2, broker_pid)
+                two.append(r2.pop("events_per_s"))
+                cpu2.append(r2)
+        row["noop_faust_events_per_s"] = round(median(noop))
+        row["worker_events_per_s"] = round(median(one))
+        row["throughput_ratio"] = round(median([w / z for w, z in zip(one, noop)]), 2)
+        row["rounds"] = {"noop_faust": noop, "worker": one}
         if form == "privacy":
-            two = await worker_throughput(bootstrap, lines, calls, tmp, 2, broker_pid)
-            row["two_workers_events_per_s"] = two.pop("events_per_s")
+            row["two_workers_events_per_s"] = round(median(two))
             row["bare_ratio"] = round(row["worker_events_per_s"] / row["bare_events_per_s"], 2)
-            row["two_worker_scaling"] = round(row["two_workers_events_per_s"] / row["worker_events_per_s"], 2)
-            cpu["two_workers"] = two
+            row["two_worker_scaling"] = round(median([b / a for a, b in zip(one, two)]), 2)
+            row["rounds"]["two_workers"] = two
             out.update(row)
-            out["cpu"] = {**cpu, "machine_cores": os.cpu_count()}
+            out["cpu"] = {"one_worker": cpu1, "two_workers": cpu2, "machine_cores": os.cpu_count()}
         else:
-            out["raw_events"] = {**row, "cpu": cpu}
+            out["raw_events"] = {**row, "cpu": {"one_worker": cpu1}}
     return out
 
 
@@ -359,7 +380,8 @@ async def main_async(args) -> dict:
         if args.seconds:
             echo = await echo_latency(bootstrap, args.rate, args.seconds, tmp)
             lw = await loopwarden_latency(bootstrap, args.rate, args.seconds, tmp)
-        tp = await throughput(bootstrap, args.events, tmp, broker.pid if broker else None) if args.events else {}
+        tp = await throughput(bootstrap, args.events, args.rounds, tmp, broker.pid if broker else None) \
+            if args.events else {}
     finally:
         if broker:
             localkafka.stop(broker)
@@ -386,6 +408,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1000.0)
     ap.add_argument("--seconds", type=float, default=20.0, help="seconds of each latency part (0: skip them)")
     ap.add_argument("--events", type=int, default=60000, help="events for the throughput part (0: skip it)")
+    ap.add_argument("--rounds", type=int, default=3, help="throughput rounds; medians are reported (default 3)")
     args = ap.parse_args()
     print(json.dumps(asyncio.run(main_async(args)), indent=2))
 
