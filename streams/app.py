@@ -64,19 +64,30 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
     # itself, in explicit produce batches (see pipeline.py and publisher.py).
     runs = app.Table("runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions,
                      use_partitioner=True)
-    def lag() -> int:
-        consumer, total = app.consumer, 0
+    def lags() -> dict[int, int]:
+        """Events not folded yet, per assigned partition of the events topic. Only for
+        partitions folded from since they were assigned: before that the position is
+        not known (the committed offset may be anywhere below the highwater)."""
+        consumer, out = app.consumer, {}
         for tp in consumer.assignment():
-            if tp.topic == settings.events_topic:
-                try:
-                    high = consumer.highwater(tp) or 0
-                except Exception:  # not fetched yet
-                    continue
-                total += max(0, high - pipeline.progress.get(tp.partition, -1) - 1)
-        return total
+            done = pipeline.progress.get(tp.partition)
+            if tp.topic != settings.events_topic or done is None:
+                continue
+            try:
+                high = consumer.highwater(tp)
+            except Exception:  # not fetched yet
+                continue
+            out[tp.partition] = max(0, (high or 0) - done - 1)
+        return out
 
-    pipeline = Pipeline(settings, config, metrics, lambda: runs.data, lag, lambda: app.should_stop or app.rebalancing,
-                        runs.changelog_topic.get_topic_name(), app.crash)
+    pipeline = Pipeline(settings, config, metrics, lambda: runs.data, lambda: sum(lags().values()),
+                        lambda: app.should_stop or app.rebalancing, runs.changelog_topic.get_topic_name(), app.crash)
+
+    @app.on_partitions_revoked.connect
+    async def forget_positions(sender, revoked, **kwargs) -> None:
+        for tp in revoked:
+            if tp.topic == settings.events_topic:
+                pipeline.progress.pop(tp.partition, None)
 
     @app.service
     class _Pipeline(Service):  # started and stopped with the worker
@@ -104,16 +115,8 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
 
     @app.timer(interval=5.0)
     async def report_lag():
-        consumer = app.consumer
-        for tp in consumer.assignment():
-            if tp.topic != settings.events_topic:
-                continue
-            try:
-                high = consumer.highwater(tp)
-            except Exception:  # not fetched yet
-                continue
-            done = pipeline.progress.get(tp.partition, -1) + 1
-            metrics.lag.labels(str(tp.partition)).set(max(0, (high or 0) - done))
+        for partition, n in lags().items():
+            metrics.lag.labels(str(partition)).set(n)
         metrics.runs.set(len(runs))
 
     @app.page("/metrics")

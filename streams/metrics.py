@@ -21,7 +21,8 @@ class Metrics:
         )
         self.batch = Histogram("loopwarden_batch_events", "Events per processed batch",
                                buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000), registry=r)
-        self.lag = Gauge("loopwarden_consumer_lag", "Messages not yet processed, by partition", ["partition"],
+        self.lag = Gauge("loopwarden_consumer_lag",
+                         "Events not yet folded, by partition (once one was folded since assignment)", ["partition"],
                          registry=r)
         self.runs = Gauge("loopwarden_active_runs", "Runs with state in this worker's table", registry=r)
         self.flushes = Counter("loopwarden_state_flushes", "Writes of the touched run states to the changelog",
