@@ -81,7 +81,8 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
         return out
 
     pipeline = Pipeline(settings, config, metrics, lambda: runs.data, lambda: sum(lags().values()),
-                        lambda: app.should_stop or app.rebalancing, runs.changelog_topic.get_topic_name(), app.crash)
+                        lambda: app.should_stop or app.rebalancing, runs.changelog_topic.get_topic_name(), app.crash,
+                        tombstone_delay=2 * app.conf.broker_commit_interval + settings.flush_interval_ms / 1000.0)
 
     @app.on_partitions_revoked.connect
     async def forget_positions(sender, revoked, **kwargs) -> None:

@@ -26,7 +26,7 @@ from detectors import DetectionConfig, RunState, encode_state
 from detectors.wire import encode
 
 from .metrics import Metrics
-from .processor import Incoming, observe, process_batch
+from .processor import Incoming, ended_record, observe, process_batch
 from .publisher import Publisher, Record
 from .settings import Settings
 
@@ -44,6 +44,7 @@ class Pipeline(Service):
         hurry: Callable[[], bool],
         changelog_topic: str,
         on_error: Callable[[BaseException], Awaitable[None]],
+        tombstone_delay: float = 6.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -65,9 +66,19 @@ class Pipeline(Service):
         self._full = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
-        self._dirty: dict[bytes, RunState | None] = {}  # run key -> state to store (None: ended)
+        # run key -> state to store (None: deleted; bytes: an ended run's record)
+        self._dirty: dict[bytes, RunState | bytes | None] = {}
         self._unacked: list = []  # folded since the last flush
         self._sent: list[asyncio.Future] = []  # deliveries queued since the last flush
+        # A run that ended is stored as it was just before its run_end, with the run_end's
+        # offset (processor.ended_record), and deleted (a tombstone) only once Faust has
+        # surely committed the run_end (two commit intervals after its acknowledgement).
+        # Until then a restarted worker replays the run's last events against that state
+        # and answers them as before; a tombstone written at once would make them start
+        # a new run, with other decisions.
+        self._ending: set[bytes] = set()  # ended runs whose last state is not stored yet
+        self._tombstones: dict[bytes, float] = {}  # ended runs stored -> when acknowledged
+        self.tombstone_delay = tombstone_delay
         self._flushing = asyncio.Lock()  # one flush at a time: state records stay in order
         self._last_flush = time.monotonic()
 
@@ -87,7 +98,7 @@ class Pipeline(Service):
 
     async def on_stop(self) -> None:
         try:
-            await self._flush()
+            await self._flush(final=True)
         finally:
             await self.publisher.stop()
             await self.states.stop()
@@ -119,8 +130,14 @@ class Pipeline(Service):
     @Service.timer(0.05)
     async def _flush_when_due(self) -> None:
         # Once per interval; at once while the app stops or rebalances, since both wait
-        # for every event to be acknowledged.
-        if (self._dirty or self._unacked) and (time.monotonic() - self._last_flush >= self.interval or self.hurry()):
+        # for every event to be acknowledged (and commit right after).
+        now, hurry = time.monotonic(), self.hurry()
+        if self._dirty or self._unacked:
+            due = hurry or now - self._last_flush >= self.interval
+        else:  # only tombstones left
+            due = bool(self._tombstones) and (
+                hurry or now - min(self._tombstones.values()) >= self.tombstone_delay)
+        if due:
             try:
                 await self._flush()
             except Exception as exc:
@@ -140,7 +157,13 @@ class Pipeline(Service):
                 store.pop(key, None)
             else:
                 store[key] = state
-            self._dirty[key] = state
+            self._tombstones.pop(key, None)  # a new run took the key: no tombstone
+            if key in result.ended:
+                self._dirty[key] = ended_record(*result.ended[key])
+                self._ending.add(key)
+            else:
+                self._dirty[key] = state
+                self._ending.discard(key)
         out = [Record(s.decisions_topic, d.gateway_id.encode(), encode(d)) for d in result.decisions]
         for dl in result.dead:
             out.append(Record(s.deadletter_topic, dl.key, dl.value, dl.headers, None if dl.key is not None else 0))
@@ -158,27 +181,39 @@ class Pipeline(Service):
             self.progress[m.partition] = m.offset
         observe(self.metrics, msgs, result)
 
-    async def _flush(self) -> None:
+    async def _flush(self, final: bool = False) -> None:
         """Store the touched runs' states, then acknowledge the events they include.
 
         Runs beside the fold loop: states are immutable, so taking the dirty map is a
         snapshot, and the changelog has a producer (a connection) of its own, so a large
         flush never holds up the decisions queued behind it."""
         async with self._flushing:
-            dirty, events, deliveries = self._dirty, self._unacked, self._sent
-            self._dirty, self._unacked, self._sent = {}, [], []
-            self._last_flush = time.monotonic()
+            dirty, events, deliveries, ending = self._dirty, self._unacked, self._sent, self._ending
+            self._dirty, self._unacked, self._sent, self._ending = {}, [], [], set()
+            now = self._last_flush = time.monotonic()
+            hurry = final or self.hurry()  # stopping or rebalancing: Faust commits right after
+            due = [k for k, t in self._tombstones.items() if hurry or now - t >= self.tombstone_delay]
             out = []
             for i, (key, state) in enumerate(dirty.items()):
-                out.append(Record(self.changelog_topic, key, None if state is None else encode_state(state)))
+                value = state if state is None or isinstance(state, bytes) else encode_state(state)
+                out.append(Record(self.changelog_topic, key, value))
                 if i % 64 == 63:
                     await asyncio.sleep(0)  # let the fold loop go on between chunks
+            for key in due:
+                del self._tombstones[key]
+                out.append(Record(self.changelog_topic, key, None))
             if out:
                 deliveries = [*deliveries, await self.states.send(out)]
             for d in deliveries:
                 await d
             for e in events:
                 e.ack()
+            acked = time.monotonic()
+            for key in ending:
+                self._tombstones[key] = acked
+            if final and self._tombstones:
+                await self.states.publish([Record(self.changelog_topic, k, None) for k in self._tombstones])
+                self._tombstones.clear()
             self.metrics.flushes.inc()
             self.metrics.flushed_states.inc(len(out))
 

@@ -10,7 +10,7 @@ import logging
 import time
 from typing import Any, Callable, Iterable, NamedTuple
 
-from detectors import DetectionConfig, EventError, RunState, apply, decode_event, decode_state
+from detectors import DetectionConfig, EventError, RunState, apply, decode_event, decode_state, encode_state
 from detectors.errors import OversizeError
 from detectors.wire import Decision
 
@@ -55,6 +55,9 @@ class BatchResult(NamedTuple):
     decisions: list[Decision]
     dead: list[DeadLetter]
     writes: dict[bytes, RunState | None]  # run key -> its new state, None: the run ended
+    # Runs that ended in this batch: key -> (the state just before its run_end, the
+    # offset of that run_end).
+    ended: dict[bytes, tuple[RunState, int]]
 
 
 def process_batch(
@@ -70,6 +73,7 @@ def process_batch(
     dirty: set[bytes] = set()
     decisions: list[Decision] = []
     dead: list[DeadLetter] = []
+    ended: dict[bytes, tuple[RunState, int]] = {}
     for msg in messages:
         try:
             if len(msg.value) > max_event_bytes:
@@ -80,7 +84,7 @@ def process_batch(
                 raise KeyMismatch(f"message key {msg.key[:200]!r} is not the event's run_id {ev.run_id[:200]!r}")
             state = states.get(key, _MISSING)
             if state is _MISSING:
-                state = _load_state(load, key)
+                state = _load_state(load, key, msg.offset)
             new, ds = apply(state, ev, config)
         except EventError as exc:
             dead.append(dead_letter(msg, exc))
@@ -90,15 +94,35 @@ def process_batch(
         if new is not state:
             states[key] = new
             dirty.add(key)
+            if new is None and state is not None:
+                ended[key] = (state, msg.offset)
+            elif new is not None:
+                ended.pop(key, None)
         decisions.extend(ds)
-    return BatchResult(decisions, dead, {k: states[k] for k in dirty})
+    return BatchResult(decisions, dead, {k: states[k] for k in dirty}, ended)
 
 
-def _load_state(load: Callable[[bytes], RunState | bytes | None], key: bytes) -> RunState | None:
+# A changelog record of a run that has ended: this prefix (a byte msgpack never starts
+# with), the offset of its run_end (8 bytes, big-endian), then the run's state just before
+# the run_end. A restarted worker replaying the run's last events (at offsets up to the
+# run_end) judges them on that state, as the first time; any later event of the same
+# run_id starts a new run. The pipeline deletes the record once the run_end is committed.
+ENDED = b"\xc1"
+
+
+def ended_record(state: RunState, run_end_offset: int) -> bytes:
+    return ENDED + run_end_offset.to_bytes(8, "big", signed=True) + encode_state(state)
+
+
+def _load_state(load: Callable[[bytes], RunState | bytes | None], key: bytes, offset: int) -> RunState | None:
     raw = load(key)
     if raw is None or isinstance(raw, RunState):
         return raw
     try:
+        if raw[:1] == ENDED:
+            if offset > int.from_bytes(raw[1:9], "big", signed=True):
+                return None
+            return decode_state(raw[9:])
         return decode_state(raw)
     except Exception as exc:  # a corrupt or too-new record must not stop the worker
         log.error("dropping unreadable state of run %r: %s", key, exc)

@@ -169,3 +169,33 @@ def test_a_stopped_worker_leaves_every_run_state_in_the_changelog(bootstrap, tmp
                     key=lambda m: (m.partition, m.offset)):
         stored[m.key] = m.value
     assert stored == final
+
+
+def test_a_run_that_ended_just_before_a_crash_is_answered_as_before(bootstrap, tmp_path, workers):
+    # A run warns, then ends; the worker is killed before Faust commits the
+    # run_end, so its successor replays the run. Each replayed call must get its first
+    # decision back (not one of a run starting from nothing), and the same run_id, used
+    # again afterwards, must start a new run (spec: run_end drops everything).
+    events = [call("r-end", i, params={"path": "/same"}) for i in range(8)]
+    events.append({"type": "run_end", "run_id": "r-end", "seq": 8, "gateway_id": "gw-1"})
+    again = [call("r-end", 0, params={"path": "/other"})]  # a new run: same event_id as the first call
+    first, later = offline(events), offline(again)
+    assert "warn" in {d["action"] for d in first}
+    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG, extra=("--flush-interval-ms", "100"))
+    produce(bootstrap, s.events_topic, event_records(events[:4]))
+    consume(bootstrap, s.decisions_topic, 4, timeout=60, settle=0)
+    time.sleep(4)  # Faust commits every 2.8 s: the replay will start mid-run
+    produce(bootstrap, s.events_topic, event_records(events[4:]))
+    consume(bootstrap, s.decisions_topic, 8, timeout=60, settle=0)
+    time.sleep(0.5)  # the run's last state is flushed and its events acknowledged
+    w.kill()
+    w.start()
+    produce(bootstrap, s.events_topic, event_records(again))
+    deadline = time.monotonic() + 60
+    while True:
+        got = [json.loads(m.value) for m in consume(bootstrap, s.decisions_topic, 9, timeout=5, settle=1)]
+        new_run = [d for d in got if d["args_hash"] == later[0]["args_hash"]]
+        if new_run or time.monotonic() > deadline:
+            break
+    assert new_run == later
+    assert dedupe([d for d in got if d not in new_run]) == first
