@@ -129,8 +129,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "long for a full batch (default 10; 0: never). Caught up, an event is folded at once")
     w.add_argument("--flush-interval-ms", type=float,
                    help="how often touched run states are written to the changelog and the input is "
-                        "acknowledged (default 1000; 0: after every batch). A crash replays at most this "
-                        "much input, which the engine answers identically")
+                        "acknowledged (default 1000; 0: whenever something is pending, checked every 50 ms). "
+                        "A crashed worker's successor replays the input since the last commit (at most about "
+                        "this plus Faust's 2.8 s commit interval), which the engine answers as before")
     w.add_argument("--producer-linger-ms", type=float,
                    help="linger of Faust's own producer (offsets, internal topics; default 5 ms); decisions and "
                    "state writes go out in explicit batches")
