@@ -138,8 +138,6 @@ def run_worker(settings: Settings) -> None:
 
     from .commands import create_topics
 
-
-
     app = create_app(settings)
     created = asyncio.run(create_topics(settings))  # idempotent: a fresh cluster needs no extra step
     if created:

@@ -66,8 +66,8 @@ class Pipeline(Service):
         self._full = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
-        # run key -> state to store (None: deleted; bytes: an ended run's record)
-        self._dirty: dict[bytes, RunState | bytes | None] = {}
+        # run key -> state to store (bytes: an ended run's record, see below)
+        self._dirty: dict[bytes, RunState | bytes] = {}
         self._unacked: list = []  # folded since the last flush
         self._sent: list[asyncio.Future] = []  # deliveries queued since the last flush
         # A run that ended is stored as it was just before its run_end, with the run_end's
@@ -76,7 +76,6 @@ class Pipeline(Service):
         # Until then a restarted worker replays the run's last events against that state
         # and answers them as before; a tombstone written at once would make them start
         # a new run, with other decisions.
-        self._ending: set[bytes] = set()  # ended runs whose last state is not stored yet
         self._tombstones: dict[bytes, float] = {}  # ended runs stored -> when acknowledged
         self.tombstone_delay = tombstone_delay
         self._flushing = asyncio.Lock()  # one flush at a time: state records stay in order
@@ -158,12 +157,7 @@ class Pipeline(Service):
             else:
                 store[key] = state
             self._tombstones.pop(key, None)  # a new run took the key: no tombstone
-            if key in result.ended:
-                self._dirty[key] = ended_record(*result.ended[key])
-                self._ending.add(key)
-            else:
-                self._dirty[key] = state
-                self._ending.discard(key)
+            self._dirty[key] = ended_record(*result.ended[key]) if key in result.ended else state
         out = [Record(s.decisions_topic, d.gateway_id.encode(), encode(d)) for d in result.decisions]
         for dl in result.dead:
             out.append(Record(s.deadletter_topic, dl.key, dl.value, dl.headers, None if dl.key is not None else 0))
@@ -188,14 +182,14 @@ class Pipeline(Service):
         snapshot, and the changelog has a producer (a connection) of its own, so a large
         flush never holds up the decisions queued behind it."""
         async with self._flushing:
-            dirty, events, deliveries, ending = self._dirty, self._unacked, self._sent, self._ending
-            self._dirty, self._unacked, self._sent, self._ending = {}, [], [], set()
+            dirty, events, deliveries = self._dirty, self._unacked, self._sent
+            self._dirty, self._unacked, self._sent = {}, [], []
             now = self._last_flush = time.monotonic()
             hurry = final or self.hurry()  # stopping or rebalancing: Faust commits right after
             due = [k for k, t in self._tombstones.items() if hurry or now - t >= self.tombstone_delay]
             out = []
             for i, (key, state) in enumerate(dirty.items()):
-                value = state if state is None or isinstance(state, bytes) else encode_state(state)
+                value = state if isinstance(state, bytes) else encode_state(state)
                 out.append(Record(self.changelog_topic, key, value))
                 if i % 64 == 63:
                     await asyncio.sleep(0)  # let the fold loop go on between chunks
@@ -209,8 +203,9 @@ class Pipeline(Service):
             for e in events:
                 e.ack()
             acked = time.monotonic()
-            for key in ending:
-                self._tombstones[key] = acked
+            for key, state in dirty.items():
+                if isinstance(state, bytes):  # an ended run: its tombstone once the run_end is committed
+                    self._tombstones[key] = acked
             if final and self._tombstones:
                 await self.states.publish([Record(self.changelog_topic, k, None) for k in self._tombstones])
                 self._tombstones.clear()
