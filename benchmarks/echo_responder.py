@@ -3,8 +3,9 @@
     python -m benchmarks.echo_responder BOOTSTRAP IN_TOPIC OUT_TOPIC GROUP [N]
 
 For every message on IN_TOPIC it produces an answer of a decision's size to OUT_TOPIC,
-keyed by the message's `gw` header and carrying its `id` header first in the value. With N, it prints the seconds from its first
-message to its N-th as one JSON line and exits.
+keyed by the message's `gw` header and carrying its `id` header first in the value. It prints
+`ready` once it has its partitions. With N, it prints the seconds from its first message to
+its N-th as one JSON line and exits.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ async def main() -> None:
     p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
     await c.start()
     await p.start()
+    while not c.assignment():  # joined the group
+        await asyncio.sleep(0.05)
+    print("ready", flush=True)
     seen, t0 = 0, None
     try:
         while True:

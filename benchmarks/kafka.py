@@ -1,16 +1,24 @@
 """Latency and throughput on the project's local broker, measured side by side.
 
-    python -m benchmarks.kafka [--bootstrap HOST:PORT] [--rate 1000] [--seconds 20] [--events 60000] [--rounds 3]
+    python -m benchmarks.kafka [--bootstrap HOST:PORT] [--rate 1000] [--seconds 10]
+                               [--latency-rounds 3] [--events 60000] [--rounds 3]
 
 Without --bootstrap it starts its own local broker (full JIT) and stops it at the end.
-(a) echo: a bare aiokafka request-reply loop (benchmarks/echo_responder.py), same message
-    sizes, partitions and gateways as (b); (b) loopwarden end to end through GatewayClient
-    and a worker process; both one open loop at --rate calls per second, after 3 s of
-    warm-up. (c) throughput: a bare aiokafka consume-and-produce loop over a preloaded
-    topic, then in each round a do-nothing Faust agent (benchmarks/noop_agent.py), one
-    loopwarden worker and two workers, each joining an empty topic that then gets all
-    events at once; the headline uses privacy-form events (the client's default), and
-    `raw_events` repeats the no-op agent and one worker with raw payloads.
+Latency: each round runs four open loops at --rate calls per second (3 s of warm-up,
+then --seconds measured), 8 gateways, same message sizes and partitions:
+  echo                  bare aiokafka request-reply (benchmarks/echo_responder.py), a
+                        producer and a decisions consumer per gateway, as GatewayClient
+                        has: the physical floor, and the denominator of p99_ratio;
+  echo_shared_producer  the same with all gateways on one producer (what one process
+                        can do, a fleet of gateways cannot);
+  faust_echo            the same echo answered from a do-nothing Faust agent
+                        (benchmarks/faust_echo.py): the framework's own floor;
+  loopwarden            GatewayClient.check through a worker process.
+Throughput: a bare aiokafka consume-and-produce loop over a preloaded topic, then in
+each round a do-nothing Faust agent (benchmarks/noop_agent.py), one loopwarden worker and
+two workers, each joining an empty topic that then gets all events at once; the headline
+uses privacy-form events (the client's default), and `raw_events` repeats the no-op
+agent and one worker with raw payloads.
 Prints one JSON object; a PNG of the latency distributions goes to benchmarks/out/.
 """
 
@@ -32,7 +40,8 @@ from statistics import median
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from benchmarks.trace import generate
-from streams import localkafka, settings as settings_mod
+from streams import localkafka
+from streams import settings as settings_mod
 from streams.client import GatewayClient, partition_for
 from streams.commands import create_topics
 from streams.publisher import Publisher, Record
@@ -93,17 +102,33 @@ async def paced(rate: float, seconds: float, call, warmup: float = 3.0) -> list[
     return lat
 
 
-async def echo_latency(bootstrap: str, rate: float, seconds: float, tmp: Path) -> list[float]:
+async def wait_ready(proc: subprocess.Popen, what: str, log: Path) -> None:
+    """Until a responder prints `ready` (it has joined its group and has its partitions)."""
+    line = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, proc.stdout.readline), 90)
+    if line.strip() != b"ready":
+        raise RuntimeError(f"{what} did not start; see {log}")
+
+
+async def echo_latency(bootstrap: str, rate: float, seconds: float, tmp: Path, responder: str = "bare",
+                       producers: int = GATEWAYS) -> list[float]:
+    """The request-reply floor: `producers` producers (one per gateway, as each GatewayClient
+    has its own; 1 lets the gateways share one, which a fleet cannot), one consumer per
+    gateway reading its decisions partition, and a responder that answers each request:
+    a bare aiokafka loop ("bare") or a Faust agent ("faust")."""
     prefix = f"bench-echo-{uuid.uuid4().hex[:6]}."
     s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
     await create_topics(s)
     req, rep = s.events_topic, s.decisions_topic
-    responder = spawn([sys.executable, "-m", "benchmarks.echo_responder", bootstrap, req, rep, prefix + "g"],
-                      tmp / "echo.log")
+    module = {"bare": "benchmarks.echo_responder", "faust": "benchmarks.faust_echo"}[responder]
+    log = tmp / f"echo-{responder}.log"
+    proc = spawn([sys.executable, "-m", module, bootstrap, req, rep, prefix + "g"], log)
     try:
+        await wait_ready(proc, f"the {responder} echo responder", log)
         waiting: dict[bytes, asyncio.Future] = {}
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
-        await producer.start()
+        senders = [AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+                   for _ in range(producers)]
+        for p in senders:
+            await p.start()
         consumers = []
         for g in range(GATEWAYS):
             gw = f"sim-gw-{g:02d}"
@@ -128,14 +153,14 @@ async def echo_latency(bootstrap: str, rate: float, seconds: float, tmp: Path) -
         body = json.dumps({"type": "tool_call", "run_id": "r" * 20, "seq": 0, "gateway_id": "sim-gw-00",
                            "tool_name": "read", "tool_call_id": "c" * 24, "ts": 1, "args_hash": "read:" + "a" * 64,
                            "known_poll": False}).encode()
-        await asyncio.sleep(3)  # the responder joins its group
 
         async def call(i: int) -> None:
-            gw = f"sim-gw-{i % GATEWAYS:02d}".encode()
+            g = i % GATEWAYS
             ident = f"r{i}:0".encode()
             fut = asyncio.get_running_loop().create_future()
             waiting[ident] = fut
-            await producer.send(req, key=f"run-{i}".encode(), value=body, headers=[("gw", gw), ("id", ident)])
+            await senders[g % producers].send(req, key=f"run-{i}".encode(), value=body,
+                                              headers=[("gw", f"sim-gw-{g:02d}".encode()), ("id", ident)])
             await asyncio.wait_for(fut, 10)
 
         lat = await paced(rate, seconds, call)
@@ -143,10 +168,11 @@ async def echo_latency(bootstrap: str, rate: float, seconds: float, tmp: Path) -
             r.cancel()
         for c in consumers:
             await c.stop()
-        await producer.stop()
+        for p in senders:
+            await p.stop()
         return lat
     finally:
-        end(responder)
+        end(proc)
 
 
 def start_worker(bootstrap: str, prefix: str, tmp: Path, name: str, extra=()) -> tuple[subprocess.Popen, int]:
@@ -346,7 +372,33 @@ async def throughput(bootstrap: str, n: int, rounds: int, tmp: Path, broker_pid:
     return out
 
 
-def plot(echo: list[float], lw: list[float], path: Path) -> str | None:
+SERIES = {  # name -> what it is
+    "echo": "bare aiokafka echo, a producer per gateway (the floor: the topology GatewayClient has)",
+    "echo_shared_producer": "bare aiokafka echo, the gateways sharing one producer (fewer, fuller requests)",
+    "faust_echo": "the same echo answered from a do-nothing Faust agent (the framework's floor)",
+    "loopwarden": "GatewayClient.check through a loopwarden worker",
+}
+
+
+async def latency(bootstrap: str, rate: float, seconds: float, rounds: int, tmp: Path) -> dict[str, list]:
+    """Every series in each round, in an order rotated from round to round, so slow drifts
+    of a shared, noisy machine fall on all of them alike; per series, each round's
+    latencies (pooled for the headline percentiles)."""
+    run = {
+        "echo": lambda: echo_latency(bootstrap, rate, seconds, tmp),
+        "echo_shared_producer": lambda: echo_latency(bootstrap, rate, seconds, tmp, producers=1),
+        "faust_echo": lambda: echo_latency(bootstrap, rate, seconds, tmp, responder="faust"),
+        "loopwarden": lambda: loopwarden_latency(bootstrap, rate, seconds, tmp),
+    }
+    names = list(run)
+    out: dict[str, list] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            out[name].append(await run[name]())
+    return out
+
+
+def plot(series: dict[str, list[float]], path: Path) -> str | None:
     try:
         import matplotlib
 
@@ -355,14 +407,14 @@ def plot(echo: list[float], lw: list[float], path: Path) -> str | None:
     except ImportError:
         return None
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    hi = max(pct(echo, 0.995), pct(lw, 0.995))
+    hi = max(pct(xs, 0.995) for xs in series.values())
     bins = [hi * i / 80 for i in range(81)]
-    ax.hist([x * 1000 for x in echo], bins=bins, alpha=0.6, label="bare aiokafka echo")
-    ax.hist([x * 1000 for x in lw], bins=bins, alpha=0.6, label="loopwarden check()")
-    ax.set_xlabel("decision latency (ms)")
+    for name, xs in series.items():
+        ax.hist([x * 1000 for x in xs], bins=bins, histtype="step", linewidth=1.5, label=name)
+    ax.set_xlabel("request-reply latency (ms)")
     ax.set_ylabel("calls")
     ax.legend()
-    ax.set_title("Request-reply latency through the same broker")
+    ax.set_title("Latency through the same broker (all rounds pooled)")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     return str(path)
@@ -376,37 +428,41 @@ async def main_async(args) -> dict:
         broker = localkafka.start(tmp / "kafka", heap="768m", full_jit=True)
         bootstrap = broker.bootstrap
     try:
-        echo = lw = []
-        if args.seconds:
-            echo = await echo_latency(bootstrap, args.rate, args.seconds, tmp)
-            lw = await loopwarden_latency(bootstrap, args.rate, args.seconds, tmp)
+        lat = await latency(bootstrap, args.rate, args.seconds, args.latency_rounds, tmp) if args.seconds else {}
         tp = await throughput(bootstrap, args.events, args.rounds, tmp, broker.pid if broker else None) \
             if args.events else {}
     finally:
         if broker:
             localkafka.stop(broker)
-    result = {
-        "benchmark": "kafka",
-        "rate_per_s": args.rate,
-        "seconds": args.seconds,
-        "calls": {"echo": len(echo), "loopwarden": len(lw)},
-        **tp,
-    }
-    if echo and lw:
-        result.update({
-            "echo_p50_ms": pct(echo, 0.5), "echo_p99_ms": pct(echo, 0.99),
-            "loopwarden_p50_ms": pct(lw, 0.5), "loopwarden_p99_ms": pct(lw, 0.99),
-            "p99_ratio": round(pct(lw, 0.99) / pct(echo, 0.99), 2),
-        })
-        result["plot"] = plot(echo, lw, ROOT / "benchmarks" / "out" / "latency.png")
+    result: dict = {"benchmark": "kafka", "rate_per_s": args.rate, "seconds_per_round": args.seconds}
+    if lat:
+        pooled = {name: [x for xs in rounds for x in xs] for name, rounds in lat.items()}
+        for name, xs in pooled.items():
+            for p in (0.5, 0.95, 0.99):
+                result[f"{name}_p{round(p * 100)}_ms"] = pct(xs, p)
+        result["p99_ratio"] = round(pct(pooled["loopwarden"], 0.99) / pct(pooled["echo"], 0.99), 2)
+        result["p99_ratio_to_faust_echo"] = round(
+            pct(pooled["loopwarden"], 0.99) / pct(pooled["faust_echo"], 0.99), 2)
+        result["faust_echo_p99_ratio"] = round(pct(pooled["faust_echo"], 0.99) / pct(pooled["echo"], 0.99), 2)
+        result["latency_rounds"] = {
+            "calls": {name: [len(xs) for xs in rounds] for name, rounds in lat.items()},
+            "p99_ms": {name: [pct(xs, 0.99) for xs in rounds] for name, rounds in lat.items()},
+            "p99_ratio": [round(pct(a, 0.99) / pct(b, 0.99), 2) for a, b in zip(lat["loopwarden"], lat["echo"])],
+        }
+        result["latency_series"] = SERIES
+        result["plot"] = plot(pooled, ROOT / "benchmarks" / "out" / "latency.png")
+    result.update(tp)
     return result
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap")
     ap.add_argument("--rate", type=float, default=1000.0)
-    ap.add_argument("--seconds", type=float, default=20.0, help="seconds of each latency part (0: skip them)")
+    ap.add_argument("--seconds", type=float, default=10.0,
+                    help="seconds each latency series runs per round, after 3 s of warm-up (0: skip latency)")
+    ap.add_argument("--latency-rounds", type=int, default=3,
+                    help="latency rounds; each runs every series, the percentiles pool the rounds (default 3)")
     ap.add_argument("--events", type=int, default=60000, help="events for the throughput part (0: skip it)")
     ap.add_argument("--rounds", type=int, default=3, help="throughput rounds; medians are reported (default 3)")
     args = ap.parse_args()
