@@ -26,7 +26,7 @@ from detectors import DetectionConfig, RunState, encode_state
 from detectors.wire import encode
 
 from .metrics import Metrics
-from .processor import Incoming, ended_record, observe, process_batch
+from .processor import ended_record, observe, process_batch
 from .publisher import Publisher, Record
 from .settings import Settings
 
@@ -144,11 +144,7 @@ class Pipeline(Service):
 
     async def _handle(self, batch: list) -> None:
         s = self.settings
-        msgs = [
-            Incoming(e.message.key, e.message.value, e.message.topic, e.message.partition, e.message.offset,
-                     e.message.timestamp)
-            for e in batch
-        ]
+        msgs = [e.message for e in batch]
         store = self.store()
         result = process_batch(msgs, store.get, self.config, s.max_event_bytes, self.metrics)
         for key, state in result.writes.items():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple, Protocol
 
 from detectors import DetectionConfig, EventError, RunState, apply, decode_event, decode_state, encode_state
 from detectors.errors import OversizeError
@@ -19,7 +19,10 @@ from .metrics import Metrics
 log = logging.getLogger("loopwarden.worker")
 
 
-class Incoming(NamedTuple):
+class Incoming(Protocol):
+    """What the fold reads of a consumed message (Faust's Message has these attributes,
+    so the worker passes its messages as they are)."""
+
     key: bytes | None
     value: bytes
     topic: str
