@@ -233,9 +233,30 @@ async def preload(bootstrap: str, topic: str, lines: list[bytes]) -> None:
         await p.stop()
 
 
+async def wait_for_count(bootstrap: str, topic: str, want: int, timeout: float) -> None:
+    """Until `topic` holds `want` records, asking the broker for its end offsets four times a
+    second: reading the records while they are produced would compete with the worker
+    for the cores it is measured on (the no-op agent has no such reader)."""
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await c.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or range(8))]
+        deadline = time.monotonic() + timeout
+        while True:
+            have = sum((await c.end_offsets(tps)).values())
+            if have >= want:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {have} of {want} decisions arrived")
+            await asyncio.sleep(0.25)
+    finally:
+        await c.stop()
+
+
 async def decision_span(bootstrap: str, topic: str, want: int, timeout: float) -> float:
-    """Seconds between the 10th-percentile and the last decision (broker timestamps), scaled
-    to the whole count: steady-state throughput without start-up and rebalancing."""
+    """Seconds between the 10th-percentile and the last decision (their timestamps, set by
+    the worker's producer), scaled to the whole count: steady-state throughput without
+    start-up and rebalancing. Read once all are there."""
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
     await c.start()
     try:
@@ -289,9 +310,10 @@ async def worker_throughput(bootstrap: str, lines: list[bytes], calls: int, tmp:
         cpu0 = [cpu_seconds(p.pid) for p in procs] + [cpu_seconds(broker_pid) if broker_pid else 0.0]
         t0 = time.time()
         await preload(bootstrap, s.events_topic, lines)
-        span = await decision_span(bootstrap, s.decisions_topic, calls, 600)
+        await wait_for_count(bootstrap, s.decisions_topic, calls, 600)
         wall = time.time() - t0
         cpu1 = [cpu_seconds(p.pid) for p in procs] + [cpu_seconds(broker_pid) if broker_pid else 0.0]
+        span = await decision_span(bootstrap, s.decisions_topic, calls, 600)
         used = [round((b - a) / wall, 2) for a, b in zip(cpu0, cpu1)]
         eps = round(len(lines) / span)
         return {"events_per_s": eps, "cores_used_by_workers": used[:-1],
