@@ -11,6 +11,7 @@ partitions.
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import faust
@@ -30,6 +31,8 @@ def main() -> None:
     async def announce() -> None:
         if app.consumer.assignment() and not state.get("ready"):
             state["ready"] = True
+            gc.collect()  # as the loopwarden worker does once started
+            gc.freeze()
             print("ready", flush=True)
 
     @app.agent(topic, concurrency=1)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -77,28 +78,49 @@ def params_of(i: int) -> dict:
 async def paced(rate: float, seconds: float, call, warmup: float = 3.0) -> list[float]:
     """Open loop: start call(i) every 1/rate s, each awaiting its own answer; latencies of
     the calls started after `warmup` seconds. One continuous stream: a pause between
-    warm-up and measurement would make the first measured calls start from idle."""
+    warm-up and measurement would make the first measured calls start from idle.
+
+    The load generator's garbage collector is off meanwhile, as `timeit` does: its full
+    collections (tens of milliseconds in this process, which holds 8 gateways' clients)
+    would stall every call in flight and show in the tail of whatever series is running.
+    The processes measured (responders, workers) keep theirs."""
     lat: list[float] = []
-    tasks = []
-    t0 = time.perf_counter()
-    i = 0
-    while True:
-        due = t0 + i / rate
-        now = time.perf_counter()
-        if due - t0 > warmup + seconds:
-            break
-        if due > now:
-            await asyncio.sleep(due - now)
+    pending: set[asyncio.Task] = set()
+    failed: list[BaseException] = []
 
-        async def one(k: int, measured: bool) -> None:
-            s = time.perf_counter()
-            await call(k)
-            if measured:
-                lat.append(time.perf_counter() - s)
+    def finished(task: asyncio.Task) -> None:
+        pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            failed.append(task.exception())
 
-        tasks.append(asyncio.create_task(one(i, due - t0 >= warmup)))
-        i += 1
-    await asyncio.gather(*tasks)
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        i = 0
+        while True:
+            due = t0 + i / rate
+            now = time.perf_counter()
+            if due - t0 > warmup + seconds:
+                break
+            if due > now:
+                await asyncio.sleep(due - now)
+
+            async def one(k: int, measured: bool) -> None:
+                s = time.perf_counter()
+                await call(k)
+                if measured:
+                    lat.append(time.perf_counter() - s)
+
+            task = asyncio.create_task(one(i, due - t0 >= warmup))
+            pending.add(task)
+            task.add_done_callback(finished)
+            i += 1
+        await asyncio.gather(*pending)
+    finally:
+        gc.enable()
+    if failed:
+        raise failed[0]
     return lat
 
 
