@@ -19,6 +19,13 @@ from aiokafka.partitioner import murmur2
 from mode import Service
 
 
+# Records per produce batch, in bytes (aiokafka's default is 16 KiB). A partition gets at
+# most one batch per produce request, so a processed batch's decisions for one partition,
+# or a flush's states, split into 16 KiB batches would take one round trip each; below the
+# broker's default limit of about 1 MiB per batch (message.max.bytes).
+BATCH_BYTES = 512 * 1024
+
+
 class Record(NamedTuple):
     topic: str
     key: bytes | None
@@ -52,7 +59,8 @@ class Publisher(Service):
         # (services start after table recovery), so publishing starts it too.
         async with self._starting:
             if self._producer is None:
-                producer = AIOKafkaProducer(acks="all", enable_idempotence=True, linger_ms=0, **self._kwargs)
+                producer = AIOKafkaProducer(acks="all", enable_idempotence=True, linger_ms=0,
+                                            max_batch_size=BATCH_BYTES, **self._kwargs)
                 await producer.start()
                 self._producer = producer
         return self._producer
