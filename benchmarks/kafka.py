@@ -4,8 +4,9 @@
                                [--latency-rounds 3] [--events 60000] [--rounds 3]
 
 Without --bootstrap it starts its own local broker (full JIT) and stops it at the end.
-Latency: each round runs four open loops at --rate calls per second (3 s of warm-up,
-then --seconds measured), 8 gateways, same message sizes and partitions:
+Latency: after one round that is not counted (it warms the broker up), each round runs
+four open loops at --rate calls per second (3 s of warm-up, then --seconds measured),
+8 gateways, same message sizes and partitions:
   echo                  bare aiokafka request-reply (benchmarks/echo_responder.py), a
                         producer and a decisions consumer per gateway, as GatewayClient
                         has: the physical floor, and the denominator of p99_ratio;
