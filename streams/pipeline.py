@@ -162,8 +162,7 @@ class Pipeline(Service):
             # queueing more, and let the events arriving meanwhile make the next batch.
             await asyncio.shield(self._sent[-1])
         if out:
-            delivered = await self.publisher.send(out)
-            self._sent.append(delivered)
+            self._sent.append(await self.publisher.send(out))
         # The states went into _dirty before these events go into _unacked: a flush in
         # between stores a state ahead of its acknowledgement, never behind it.
         self._unacked.extend(batch)
