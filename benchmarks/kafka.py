@@ -256,6 +256,10 @@ async def preload(bootstrap: str, topic: str, lines: list[bytes]) -> None:
         await p.stop()
 
 
+def partitions_of(c: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    return [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or range(8))]
+
+
 async def wait_for_count(bootstrap: str, topic: str, want: int, timeout: float) -> None:
     """Until `topic` holds `want` records, asking the broker for its end offsets four times a
     second: reading the records while they are produced would compete with the worker
@@ -263,7 +267,7 @@ async def wait_for_count(bootstrap: str, topic: str, want: int, timeout: float) 
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await c.start()
     try:
-        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or range(8))]
+        tps = partitions_of(c, topic)
         deadline = time.monotonic() + timeout
         while True:
             have = sum((await c.end_offsets(tps)).values())
@@ -283,7 +287,7 @@ async def decision_span(bootstrap: str, topic: str, want: int, timeout: float) -
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
     await c.start()
     try:
-        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or range(8))]
+        tps = partitions_of(c, topic)
         c.assign(tps)
         await c.seek_to_beginning(*tps)
         stamps: list[int] = []
