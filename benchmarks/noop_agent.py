@@ -10,6 +10,7 @@ event to its N-th, scaled to N (the window benchmarks.kafka uses for the workers
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -29,6 +30,8 @@ def main() -> None:
     async def announce():
         if app.consumer.assignment() and not seen.get("ready"):
             seen["ready"] = True
+            gc.collect()  # as the loopwarden worker does once started
+            gc.freeze()
             print("ready", flush=True)
 
     @app.agent(src, concurrency=1)
