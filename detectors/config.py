@@ -24,6 +24,7 @@ DEFAULTS: dict[str, Any] = {
 }
 DETECTORS = ("genericRepeat", "knownPollNoProgress", "pingPong")
 DEFAULT_WINDOW = 3
+DEFAULT_IDLE_TIMEOUT_MS = 24 * 60 * 60 * 1000  # loopwarden.runIdleTimeoutMs (semantics.md section 7)
 
 
 class Resolved(Struct, frozen=True):
@@ -40,6 +41,7 @@ class Resolved(Struct, frozen=True):
     ping_pong: bool
     window: int
     config_hash: str
+    idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
 
     @property
     def rolling(self) -> bool:
@@ -98,7 +100,27 @@ def _own_fields(block: dict) -> set[str]:
     return out
 
 
-def resolve(merged: dict, where: str, warnings: list[str], own: set[str] | None = None) -> Resolved:
+def _idle_timeout(doc: dict, warnings: list[str]) -> int:
+    """`loopwarden.runIdleTimeoutMs`: a positive integer, else the default with a warning."""
+    block = doc.get("loopwarden")
+    if block is None:
+        return DEFAULT_IDLE_TIMEOUT_MS
+    if not isinstance(block, dict):
+        warnings.append("loopwarden: not an object; ignored")
+        return DEFAULT_IDLE_TIMEOUT_MS
+    raw = block.get("runIdleTimeoutMs")
+    if raw is None:
+        return DEFAULT_IDLE_TIMEOUT_MS
+    val = _positive_int(raw)
+    if val is None:
+        warnings.append(
+            f"loopwarden.runIdleTimeoutMs: {raw!r} is not a positive integer; using the default {DEFAULT_IDLE_TIMEOUT_MS}")
+        return DEFAULT_IDLE_TIMEOUT_MS
+    return val
+
+
+def resolve(merged: dict, where: str, warnings: list[str], own: set[str] | None = None,
+            idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS) -> Resolved:
     """Defaults, fallback and clamping over a merged loopDetection block.
 
     Warnings name only the fields in `own` (those the block at `where` set itself), so
@@ -162,6 +184,7 @@ def resolve(merged: dict, where: str, warnings: list[str], own: set[str] | None 
         **nums,
         "detectors": switches,
         "postCompactionGuard": {"windowSize": window},
+        "loopwarden": {"runIdleTimeoutMs": idle_timeout_ms},
     }
     return Resolved(
         enabled=enabled,
@@ -175,6 +198,7 @@ def resolve(merged: dict, where: str, warnings: list[str], own: set[str] | None 
         ping_pong=switches["pingPong"],
         window=window,
         config_hash=digest(shape),
+        idle_timeout_ms=idle_timeout_ms,
     )
 
 
@@ -185,7 +209,7 @@ def _norm_id(v: Any) -> str | None:
 class DetectionConfig:
     """A loaded config: the resolved config of every listed agent, plus the global one."""
 
-    __slots__ = ("global_config", "_agents", "_default", "warnings", "source")
+    __slots__ = ("global_config", "_agents", "_default", "warnings", "source", "idle_timeout_ms")
 
     def __init__(self, doc: Any = None, source: str = "<config>") -> None:
         if doc is None:
@@ -194,8 +218,10 @@ class DetectionConfig:
             raise ConfigError(f"{source}: the config must be an object, got {type(doc).__name__}")
         self.source = source
         warnings: list[str] = []
+        # One run-idle timeout for the whole config (a run may change agents mid-way).
+        self.idle_timeout_ms = idle = _idle_timeout(doc, warnings)
         base = _block(doc, "", warnings)
-        self.global_config = resolve(base, "", warnings)
+        self.global_config = resolve(base, "", warnings, idle_timeout_ms=idle)
         self._agents: dict[str, Resolved] = {}
         self._default: Resolved = self.global_config
         agents = doc.get("agents")
@@ -210,7 +236,7 @@ class DetectionConfig:
                 continue
             where = f"agents.list[{i}]."
             block = _block(entry, where, warnings)
-            resolved = resolve(_merge(base, block), where, warnings, _own_fields(block))
+            resolved = resolve(_merge(base, block), where, warnings, _own_fields(block), idle)
             aid = _norm_id(entry.get("id"))
             if aid is not None and aid not in self._agents:
                 self._agents[aid] = resolved
@@ -232,9 +258,13 @@ class DetectionConfig:
 def load_config(text: str | bytes, source: str = "<config>") -> DetectionConfig:
     """Parse JSON or JSON5 config text."""
     if isinstance(text, bytes):
-        text = text.decode("utf-8")
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start} is 0x{text[exc.start]:02x}); "
+                              "save the config as UTF-8 JSON or JSON5") from None
     try:
         doc = json5.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ConfigError(f"{source}: not valid JSON or JSON5: {exc}") from None
     return DetectionConfig(doc, source)

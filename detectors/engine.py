@@ -81,11 +81,11 @@ def _warn(state: RunState, v: Verdict) -> tuple[str, dict[str, int]]:
     return "warn", warned
 
 
-def _on_call(state: RunState, ev: ToolCall, cfg: Resolved) -> tuple[RunState, tuple[Decision, ...]]:
+def _on_call(state: RunState, ev: ToolCall, cfg: Resolved, ts: int | None) -> tuple[RunState, tuple[Decision, ...]]:
     tool, sig, poll = call_facts(ev)
     if state.aborted:
         d = _decision(ev, tool, sig, cfg, "abort", "critical", ABORT)
-        return replace(state, last_seq=ev.seq, answers=_remember(state, d)), (d,)
+        return replace(state, last_seq=ev.seq, last_ts=ts, answers=_remember(state, d)), (d,)
     v = judge(state.history, tool, sig, poll, cfg) if cfg.rolling else None
     warned = state.warned
     history = state.history
@@ -98,16 +98,16 @@ def _on_call(state: RunState, ev: ToolCall, cfg: Resolved) -> tuple[RunState, tu
         d = _decision(ev, tool, sig, cfg, action, "warning", v.detector, v.count, v.warning_key, v.paired_tool_name)
     if d.action != "block":
         history = _append(history, Record(tool, sig, ev.tool_call_id), cfg.history_size)
-    return replace(state, last_seq=ev.seq, history=history, warned=warned, answers=_remember(state, d)), (d,)
+    return replace(state, last_seq=ev.seq, last_ts=ts, history=history, warned=warned, answers=_remember(state, d)), (d,)
 
 
-def _on_result(state: RunState, ev: ToolResult, cfg: Resolved) -> tuple[RunState, tuple[Decision, ...]]:
+def _on_result(state: RunState, ev: ToolResult, cfg: Resolved, ts: int | None) -> tuple[RunState, tuple[Decision, ...]]:
     if state.aborted:
-        return replace(state, last_seq=ev.seq), ()
+        return replace(state, last_seq=ev.seq, last_ts=ts), ()
     tool, sig, _ = call_facts(ev)
     rh, unknown = result_facts(ev, tool)
     if rh is None:
-        return replace(state, last_seq=ev.seq), ()
+        return replace(state, last_seq=ev.seq, last_ts=ts), ()
     history = state.history
     want_id = ev.tool_call_id
     for i in range(len(history) - 1, -1, -1):
@@ -118,15 +118,15 @@ def _on_result(state: RunState, ev: ToolResult, cfg: Resolved) -> tuple[RunState
     else:
         history = _append(history, Record(tool, sig, want_id, rh, unknown), cfg.history_size)
     if state.guard_left <= 0 or not cfg.guard:
-        return replace(state, last_seq=ev.seq, history=history), ()
+        return replace(state, last_seq=ev.seq, last_ts=ts, history=history), ()
     entry = GuardEntry(tool, sig, rh)
     window = state.guard_window + (entry,)
     same = sum(1 for e in window if e == entry)
     if same >= cfg.window:
         d = _decision(ev, tool, sig, cfg, "abort", "critical", ABORT, same)
-        return replace(state, last_seq=ev.seq, history=history, guard_left=0, guard_window=(), aborted=True), (d,)
+        return replace(state, last_seq=ev.seq, last_ts=ts, history=history, guard_left=0, guard_window=(), aborted=True), (d,)
     left = state.guard_left - 1
-    return replace(state, last_seq=ev.seq, history=history, guard_left=left, guard_window=window if left else ()), ()
+    return replace(state, last_seq=ev.seq, last_ts=ts, history=history, guard_left=left, guard_window=window if left else ()), ()
 
 
 def apply(state: RunState | None, ev: Event, config: DetectionConfig) -> tuple[RunState | None, tuple[Decision, ...]]:
@@ -134,6 +134,13 @@ def apply(state: RunState | None, ev: Event, config: DetectionConfig) -> tuple[R
     None result means the run ended and its state is to be dropped. Raises StaleSeqError
     for a stale tool_call whose decision is no longer remembered."""
     if state is None:
+        state = EMPTY
+    ts = ev.ts
+    if ts is None:
+        ts = state.last_ts
+    elif state.last_ts is not None and ts - state.last_ts > config.idle_timeout_ms:
+        # Idle longer than the timeout (a gateway that crashed never sent run_end): the
+        # run is dropped as by run_end, and this event starts a new one (section 7).
         state = EMPTY
     if ev.seq <= state.last_seq:
         if isinstance(ev, ToolCall):
@@ -143,16 +150,16 @@ def apply(state: RunState | None, ev: Event, config: DetectionConfig) -> tuple[R
             raise StaleSeqError(f"stale tool_call: seq {ev.seq} <= last applied seq {state.last_seq} of run {ev.run_id!r}")
         return state, ()
     if isinstance(ev, ToolCall):
-        return _on_call(state, ev, config.for_agent(ev.agent_id))
+        return _on_call(state, ev, config.for_agent(ev.agent_id), ts)
     if isinstance(ev, ToolResult):
-        return _on_result(state, ev, config.for_agent(ev.agent_id))
+        return _on_result(state, ev, config.for_agent(ev.agent_id), ts)
     if isinstance(ev, RunEnd):
         return None, ()
     assert isinstance(ev, CompactionRetry)
     cfg = config.for_agent(ev.agent_id)
     if cfg.guard:
-        return replace(state, last_seq=ev.seq, guard_left=cfg.window, guard_window=()), ()
-    return replace(state, last_seq=ev.seq), ()
+        return replace(state, last_seq=ev.seq, last_ts=ts, guard_left=cfg.window, guard_window=()), ()
+    return replace(state, last_seq=ev.seq, last_ts=ts), ()
 
 
 class Rejected(NamedTuple):

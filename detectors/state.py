@@ -62,6 +62,7 @@ class RunState(Struct, frozen=True, kw_only=True, gc=False):
     guard_window: tuple[GuardEntry, ...] = ()
     aborted: bool = False
     answers: tuple[Answer, ...] = ()
+    last_ts: int | None = None  # `ts` of the last applied event that had one (semantics.md section 7)
 
 
 EMPTY = RunState()

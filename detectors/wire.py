@@ -9,6 +9,7 @@ free-form values (`params`, `result`, `error`) decode to their JavaScript spelli
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Union
 
 import msgspec
@@ -23,9 +24,14 @@ JS_WHITESPACE = (
     "\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 )
 
+# Limits every reader applies alike (wire-format.md, "Bad input").
+MAX_SAFE_INTEGER = 2**53 - 1  # what every client language holds exactly
+MAX_DEPTH = 128  # JSON nesting, the event object itself counted as level 1
+
 NonEmpty = Annotated[str, Meta(min_length=1)]
 ToolName = Annotated[str, Meta(min_length=1)]  # blank after trimming: refused in decode_event
-Seq = Annotated[int, Meta(ge=0)]
+Seq = Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]
+Millis = Annotated[int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
 
 
 class _Event(Struct, frozen=True, kw_only=True, tag_field="type", gc=False):
@@ -34,7 +40,7 @@ class _Event(Struct, frozen=True, kw_only=True, tag_field="type", gc=False):
     gateway_id: NonEmpty
     agent_id: str | None = None
     session_id: str | None = None
-    ts: int | None = None
+    ts: Millis | None = None
 
 
 class ToolCall(_Event, tag="tool_call"):
@@ -100,8 +106,44 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+_OPENERS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+# Strings that are stored in a run's state or published again in a decision.
+_ID_FIELDS = ("run_id", "gateway_id", "agent_id", "tool_call_id", "tool_name", "args_hash", "result_hash",
+              "unknown_tool_name")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def nesting_depth(data: bytes) -> int:
+    """The deepest nesting of arrays and objects in JSON text (strings skipped)."""
+    depth = deepest = 0
+    for m in _OPENERS.finditer(data):
+        c = m.group()
+        if c in (b"[", b"{"):
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+        elif c in (b"]", b"}"):
+            depth -= 1
+    return deepest
+
+
+def _check_depth(data: bytes) -> None:
+    # Depth can only exceed the limit when there are more openers than the limit: two C
+    # counts clear almost every event; the exact scan runs only on the rest.
+    if data.count(b"[") + data.count(b"{") > MAX_DEPTH:
+        deepest = nesting_depth(data)
+        if deepest > MAX_DEPTH:
+            raise DecodeError(f"JSON nested {deepest} levels deep; the limit is {MAX_DEPTH}")
+
+
 def decode_event(data: bytes | str) -> Event:
-    """Decode one event; raise DecodeError naming the problem."""
+    """Decode one event; raise DecodeError naming the problem.
+
+    Every reader (worker, offline replay, audit) decodes through here, so the limits of
+    wire-format.md ("Bad input") hold alike: nesting depth, `seq` and `ts` range (on the
+    types), and valid Unicode in the ids and the tool name."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    _check_depth(raw)
     try:
         ev = _decoder.decode(data)
     except msgspec.ValidationError as exc:
@@ -117,6 +159,13 @@ def decode_event(data: bytes | str) -> Event:
             ev = msgspec.convert(obj, Event)
         except msgspec.ValidationError as exc2:
             raise DecodeError(str(exc2)) from None
+        # Only this path can hold a lone surrogate (msgspec refuses them): in an id it
+        # could not be published again, so it is a bad event; inside params or result it
+        # is dropped when hashing, as JavaScript's sanitizer does.
+        for field in _ID_FIELDS:
+            v = getattr(ev, field, None)
+            if isinstance(v, str) and _SURROGATE.search(v):
+                raise DecodeError(f"a lone surrogate escape is not valid Unicode - at `$.{field}`")
     name = getattr(ev, "tool_name", "x")
     if not name.strip(JS_WHITESPACE):
         raise DecodeError("Expected `str` that is not blank after trimming - at `$.tool_name`")
