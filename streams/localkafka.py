@@ -118,7 +118,13 @@ class Broker:
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id as Kafka writes them (URL-safe base64 of 16 bytes, no padding)
+    that never starts with '-', which StorageTool would read as an option; Kafka's own
+    Uuid.randomUuid draws again in that case too."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def _java(libs: Path, heap: str, *args: str, full_jit: bool = False) -> list[str]:
@@ -166,7 +172,8 @@ def _start(workdir: Path, port: int | None, heap: str, timeout: float, full_jit:
     props.write_text(_PROPERTIES.format(port=port, cport=cport, data=workdir / "data"))
     logcfg = f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}"
     fmt = subprocess.run(
-        _java(libs, "256m", logcfg, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(props)),
+        _java(libs, "256m", logcfg, "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}",
+              "-c", str(props)),
         capture_output=True, text=True,
     )
     if fmt.returncode != 0:
