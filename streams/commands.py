@@ -89,14 +89,16 @@ def cmd_kafka(args: argparse.Namespace) -> int:
     if args.action == "fetch":
         print(localkafka.fetch(quiet=False))
     elif args.action == "start":
-        b = localkafka.start(workdir, port=args.port, heap=args.heap)
+        b = localkafka.start(workdir, port=args.port, heap=args.heap, fresh=args.fresh)
         print(b.bootstrap)
     elif args.action == "stop":
-        state = workdir / "broker.json"
-        if not state.exists():
-            print(f"no broker recorded in {state}", file=sys.stderr)
+        b = localkafka.running(workdir)
+        if b is None:
+            # Only a broker known to be running is signalled: a recorded pid may belong to
+            # another process by now.
+            print(f"no broker running in {workdir}", file=sys.stderr)
             return 0
-        localkafka.stop(localkafka.Broker.from_file(state))
+        localkafka.stop(b)
         print("stopped")
     return 0
 
@@ -147,12 +149,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=cmd_topics)
 
     k = sub.add_parser("kafka", help="a local single-node Kafka broker for development and tests (no Docker)",
-                       description="fetch: download the broker jars with Maven (once). start: format a fresh "
-                       "KRaft storage in --dir and start the broker; prints its bootstrap address. stop: stop it.")
+                       description="fetch: download the broker jars with Maven (once). start: start the broker "
+                       "in --dir and print its bootstrap address; a folder that already holds one gets it back "
+                       "with its data, on the same ports (a broker running there already is left as it is); "
+                       "otherwise, or with --fresh, a new KRaft storage is formatted. stop: stop it.")
     k.add_argument("action", choices=["fetch", "start", "stop"])
     k.add_argument("--dir", default=".kafka", help="where the broker keeps its files (default .kafka)")
-    k.add_argument("--port", type=int, help="listener port (default: a free one)")
+    k.add_argument("--port", type=int, help="listener port of a new broker (default: a free one)")
     k.add_argument("--heap", default="384m", help="JVM heap (default 384m)")
+    k.add_argument("--fresh", action="store_true",
+                   help="start: delete the broker's files in --dir (data, config, logs) and format a new one")
     k.set_defaults(func=cmd_kafka)
 
     sm = sub.add_parser("simulate", help="drive a fleet of gateways with normal and looping agents",
