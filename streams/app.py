@@ -21,10 +21,24 @@ log = logging.getLogger("loopwarden.worker")
 
 
 def _credentials(s: Settings):
+    """Faust's broker credentials: SASL (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; over TLS
+    for SASL_SSL), TLS alone (SSL), or none. Faust hands them to every aiokafka client it
+    makes (consumer, producers, the admin calls that create the changelog topic)."""
+    from faust.types.auth import SASLMechanism
+
+    from .errors import SettingsError
+
     if "SASL" in s.security_protocol:
+        names = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+        if s.sasl_mechanism not in names:  # GSSAPI and OAUTHBEARER need other credentials
+            raise SettingsError(f"sasl_mechanism {s.sasl_mechanism!r} is not one of {', '.join(names)}")
+        if s.sasl_username is None or s.sasl_password is None:
+            raise SettingsError(f"security protocol {s.security_protocol} needs --sasl-username and --sasl-password")
+        # SASLCredentials means SASL_SSL when it has an SSL context, SASL_PLAINTEXT without;
+        # the settings give one exactly for SASL_SSL.
         return faust.SASLCredentials(
             username=s.sasl_username, password=s.sasl_password, ssl_context=s.ssl_context(),
-            mechanism=s.sasl_mechanism,
+            mechanism=SASLMechanism(s.sasl_mechanism),
         )
     ctx = s.ssl_context()
     return faust.SSLCredentials(ctx) if ctx is not None else None

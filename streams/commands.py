@@ -36,24 +36,35 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 async def create_topics(s: settings_mod.Settings) -> list[str]:
-    """Create the events, decisions, dead-letter and changelog topics; existing ones are kept."""
+    """Create the events, decisions, dead-letter and changelog topics; existing ones are kept.
+
+    A broker that cannot be reached, refuses the login or presents a certificate the CA
+    does not vouch for is a BrokerError that says which (see errors.broker_error)."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import TopicAlreadyExistsError
+    from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+    from .errors import SettingsError, broker_error, connect_errors
 
     specs = [
         (s.events_topic, "delete"), (s.decisions_topic, "delete"), (s.deadletter_topic, "delete"),
         (s.changelog_topic, "compact"),
     ]
-    from aiokafka.errors import KafkaConnectionError
-
-    from .errors import BrokerError
-
-    admin = AIOKafkaAdminClient(**s.kafka_kwargs())
+    if "SASL" in s.security_protocol and (s.sasl_username is None or s.sasl_password is None):
+        raise SettingsError(f"security protocol {s.security_protocol} needs --sasl-username and --sasl-password")
     try:
-        await admin.start()
-    except KafkaConnectionError as exc:
-        await admin.close()
-        raise BrokerError(f"cannot reach Kafka at {s.bootstrap}: {exc}") from None
+        kw = s.kafka_kwargs()
+    except OSError as exc:  # ssl.SSLError is one too: an unreadable or malformed --ssl-cafile
+        raise SettingsError(f"cannot load the TLS files (--ssl-cafile {s.ssl_cafile}): {exc}") from None
+    try:
+        admin = AIOKafkaAdminClient(**kw)
+    except ValueError as exc:  # aiokafka's check of the protocol and SASL mechanism
+        raise SettingsError(f"cannot connect with these settings: {exc}") from None
+    with connect_errors() as seen:
+        try:
+            await admin.start()
+        except KafkaError as exc:
+            await admin.close()
+            raise broker_error(exc, s, seen) from None
     created = []
     try:
         existing = set(await admin.list_topics())
@@ -65,6 +76,8 @@ async def create_topics(s: settings_mod.Settings) -> list[str]:
             except TopicAlreadyExistsError:
                 pass
             created = [t.name for t in todo]
+    except KafkaError as exc:
+        raise broker_error(exc, s) from None
     finally:
         await admin.close()
     return created

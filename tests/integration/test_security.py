@@ -1,0 +1,121 @@
+"""SASL/SCRAM over TLS on a real broker: a CA made here signs the broker's certificate,
+SCRAM users are created when its storage is formatted. `topics create`, a worker and a
+gateway client work through the SASL_SSL listener; the password shows up in no log line
+and no decision; a wrong password or a foreign CA fails fast, named as such."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from streams import localkafka
+from streams import settings as settings_mod
+from streams.client import GatewayClient
+from tests.integration.harness import ROOT, WorkerProcess, consume, new_prefix
+
+pytestmark = pytest.mark.integration
+PASSWORD = "Sc7am-pa55word-9f1c"
+CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}}
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    """A broker with a SASL_SSL listener (SCRAM-SHA-256 and -512, user alice): (broker, ca.pem)."""
+    tmp = tmp_path_factory.mktemp("secure")
+    ca, ca_key = localkafka.make_ca(tmp / "ca")
+    keystore = localkafka.make_keystore(ca, ca_key, tmp / "keystore", password="keystore-pw")
+    broker = localkafka.start(tmp / "kafka", heap="256m", sasl_ssl=localkafka.SaslSsl(
+        users={"alice": PASSWORD}, keystore=keystore, keystore_password="keystore-pw"))
+    try:
+        assert broker.sasl_ssl is not None
+        yield broker, ca
+    finally:
+        localkafka.stop(broker)
+
+
+def flags(broker, ca, password: str = PASSWORD, mechanism: str = "SCRAM-SHA-256") -> list[str]:
+    return ["--bootstrap", broker.sasl_ssl, "--security-protocol", "SASL_SSL", "--sasl-mechanism", mechanism,
+            "--sasl-username", "alice", "--sasl-password", password, "--ssl-cafile", str(ca)]
+
+
+def topics_create(args: list[str], prefix: str) -> tuple[subprocess.CompletedProcess, float]:
+    t = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "streams.cli", "topics", "create", "--topic-prefix", prefix,
+                        "--partitions", "4", "--json", *args], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    return p, time.monotonic() - t
+
+
+def test_worker_and_client_over_sasl_ssl_keep_the_password_to_themselves(secure, tmp_path, workers):
+    broker, ca = secure
+    prefix = new_prefix()
+    p, _ = topics_create(flags(broker, ca), prefix)
+    assert p.returncode == 0, p.stderr
+    assert len(json.loads(p.stdout)["created"]) == 4
+
+    # The worker speaks SCRAM-SHA-512, the client and `topics create` SCRAM-SHA-256.
+    w = WorkerProcess(broker.sasl_ssl, prefix, CONFIG, tmp_path, partitions=4,
+                      extra=tuple(flags(broker, ca, mechanism="SCRAM-SHA-512")[2:]))
+    workers.append(w)
+    w.start()
+    s = settings_mod.build({"bootstrap": broker.sasl_ssl, "topic_prefix": prefix, "security_protocol": "SASL_SSL",
+                            "sasl_mechanism": "SCRAM-SHA-256", "sasl_username": "alice",
+                            "sasl_password": PASSWORD, "ssl_cafile": str(ca)}, env={})
+
+    async def main():
+        async with GatewayClient(settings=s, gateway_id="gw-secure", timeout_s=15) as client:
+            out = [await client.check("run-s", "read", {"path": "a"}) for _ in range(4)]
+            return out, client.degraded
+
+    decisions, degraded = asyncio.run(main())
+    assert degraded == 0
+    assert [d.action for d in decisions] == ["allow", "allow", "allow", "warn"]  # the 4th repeat warns
+    assert all(PASSWORD not in repr(d) for d in decisions)
+
+    # What the worker published, read back as bytes over the broker's plain listener.
+    published = consume(broker.bootstrap, s.decisions_topic, 4, timeout=30, settle=0.2)
+    assert len(published) == 4
+    assert all(PASSWORD.encode() not in m.value and PASSWORD.encode() not in (m.key or b"") for m in published)
+    w.stop()
+    log = w.log.read_text(errors="replace")
+    assert "Authenticated as alice via SCRAM-SHA-512" in log  # Faust's clients got the mechanism
+    assert PASSWORD not in log
+
+
+def test_a_wrong_password_fails_fast_and_says_authentication_failed(secure, tmp_path, workers):
+    broker, ca = secure
+    wrong = "not-the-" + PASSWORD
+    p, took = topics_create(flags(broker, ca, password=wrong), new_prefix())
+    assert p.returncode == 1, p.stdout
+    assert took < 15
+    assert f"Error: authentication failed for user 'alice' at {broker.sasl_ssl} (SASL mechanism SCRAM-SHA-256)" \
+        in p.stderr, p.stderr
+    assert "Unable to bootstrap" not in p.stderr and "Traceback" not in p.stderr
+    assert wrong not in p.stderr and PASSWORD not in p.stderr
+
+    # A worker with the wrong password ends as fast, with the same message in its log.
+    w = WorkerProcess(broker.sasl_ssl, new_prefix(), CONFIG, tmp_path, name="wrong",
+                      extra=tuple(flags(broker, ca, password=wrong, mechanism="SCRAM-SHA-512")[2:]))
+    workers.append(w)
+    t = time.monotonic()
+    w.start(wait=False)
+    assert w.proc is not None
+    code = w.proc.wait(15)
+    assert time.monotonic() - t < 15
+    assert code == 1
+    log = w.log.read_text(errors="replace")
+    assert "authentication failed for user 'alice'" in log and "SCRAM-SHA-512" in log, log[-2000:]
+    assert "Unable to bootstrap" not in log and wrong not in log
+
+
+def test_a_certificate_from_another_ca_fails_the_tls_handshake(secure, tmp_path):
+    broker, _ = secure
+    other, _ = localkafka.make_ca(tmp_path / "other-ca", name="some other CA")
+    p, took = topics_create(flags(broker, other), new_prefix())
+    assert p.returncode == 1 and took < 15
+    assert f"Error: TLS handshake with {broker.sasl_ssl} failed: certificate verify failed" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
