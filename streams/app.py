@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
+import os
+import signal
 
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -12,6 +15,7 @@ from mode import Service
 
 from detectors import DetectionConfig
 
+from . import watchdog
 from .configfile import read_detection_config
 from .metrics import Metrics
 from .pipeline import Pipeline
@@ -94,9 +98,25 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
             out[tp.partition] = max(0, (high or 0) - done - 1)
         return out
 
+    def crash(exc: BaseException) -> None:
+        # The worker stops as on SIGTERM, and exits non-zero (run_worker). Not through
+        # `app.crash`: with no supervisor, mode marks every service crashed, the consumer
+        # thread too, whose method queue then serves no call; the stop's final offset
+        # commit (Consumer.wait_empty -> commit -> call_thread) then waits forever, and
+        # SIGTERM only asks for the stop already under way. Whatever happens next, the
+        # process ends within the bound.
+        # The stop must not wait for the failed pipeline to acknowledge what it holds
+        # (Faust's wait_empty would, forever): those events stay unacknowledged, and the
+        # partitions' next owner folds them.
+        watchdog.arm(settings.stop_timeout_s, 1, f"crashed: {exc!r}")
+        app.conf.stream_wait_empty = False
+        os.kill(os.getpid(), signal.SIGTERM)
+
     pipeline = Pipeline(settings, config, metrics, lambda: runs.data, lambda: sum(lags().values()),
-                        lambda: app.should_stop or app.rebalancing, runs.changelog_topic.get_topic_name(), app.crash,
+                        lambda: app.should_stop or app.rebalancing, runs.changelog_topic.get_topic_name(), crash,
                         tombstone_delay=2 * app.conf.broker_commit_interval + settings.flush_interval_ms / 1000.0)
+
+    app.pipeline = pipeline  # run_worker and /health read its failure
 
     @app.on_partitions_revoked.connect
     async def forget_positions(sender, revoked, **kwargs) -> None:
@@ -138,24 +158,62 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
     async def metrics_page(web, request):
         return web.bytes(generate_latest(metrics.registry), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
+    def status() -> str:
+        if pipeline.failed is not None or app._crashed.is_set():
+            return "crashed"
+        if app.should_stop or watchdog.armed():
+            return "stopping"
+        if not pipeline.broker_ok:
+            return "broker_unreachable"
+        if pipeline.stalled():
+            return "not_consuming"
+        if app.rebalancing or not app.consumer.assignment():
+            return "rebalancing"
+        return "ok"
+
     @app.page("/health")
     async def health(web, request):
-        ok = not app.rebalancing and bool(app.consumer.assignment())
-        return web.json({"status": "ok" if ok else "rebalancing", "app": settings.app_id}, status=200 if ok else 503)
+        st = status()
+        return web.json({"status": st, "app": settings.app_id}, status=200 if st == "ok" else 503)
 
     return app
 
 
 def run_worker(settings: Settings) -> None:
     """Run one worker until SIGTERM/SIGINT (no spinner, plain log lines)."""
-    import asyncio
-
     from .commands import create_topics
 
     app = create_app(settings)
     created = asyncio.run(create_topics(settings))  # idempotent: a fresh cluster needs no extra step
     if created:
         log.warning("created topics %s", ", ".join(created))
-    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
+    worker = _Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
+    worker.stop_timeout_s = settings.stop_timeout_s
     worker.spinner = None
-    worker.execute_from_commandline()
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        if app.pipeline.failed is not None and not exc.code:
+            raise SystemExit(1) from None  # stopped because output could not be published
+        raise
+
+
+class _Worker(faust.Worker):
+    """Faust's worker, with a deadline on every stop: a SIGTERM or SIGINT arms it, so the
+    process ends within `stop_timeout_s` (exit 143 if the graceful stop did not finish)."""
+
+    stop_timeout_s = 25.0
+
+    def _on_sigterm(self) -> None:
+        watchdog.arm(self.stop_timeout_s, 143, "SIGTERM")
+        super()._on_sigterm()
+
+    def _on_sigint(self) -> None:
+        watchdog.arm(self.stop_timeout_s, 130, "SIGINT")
+        super()._on_sigint()
+
+    def on_worker_shutdown(self) -> None:
+        # Every way out passes here before the stop begins, a crash of Faust's own too.
+        crashed = self.crash_reason is not None or self.app._crashed.is_set()
+        watchdog.arm(self.stop_timeout_s, 1 if crashed else 143, "crashed" if crashed else "stopping")
+        super().on_worker_shutdown()

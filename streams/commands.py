@@ -153,6 +153,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--log-level", help="debug, info, warning (default), error")
     w.add_argument("--session-timeout-s", type=float,
                    help="consumer session timeout: how soon a dead worker's partitions move (default 30)")
+    w.add_argument("--stop-timeout-s", type=float,
+                   help="a worker asked to stop (SIGTERM, SIGINT) or that crashed exits within this many seconds, "
+                   "forcibly if its graceful stop has not finished (exit 143, 130, or 1 after a crash; default 25)")
     w.set_defaults(func=cmd_worker)
 
     t = sub.add_parser("topics", help="create the topics with the right keys and cleanup policies")

@@ -18,12 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from mode import Service
 
 from detectors import DetectionConfig, RunState, encode_state
-from detectors.wire import encode
 
 from .metrics import Metrics
 from .processor import ended_record, observe, process_batch
@@ -43,7 +42,7 @@ class Pipeline(Service):
         lag: Callable[[], int],
         hurry: Callable[[], bool],
         changelog_topic: str,
-        on_error: Callable[[BaseException], Awaitable[None]],
+        on_error: Callable[[BaseException], None],
         tombstone_delay: float = 6.0,
         **kwargs: Any,
     ) -> None:
@@ -80,9 +79,16 @@ class Pipeline(Service):
         self.tombstone_delay = tombstone_delay
         self._flushing = asyncio.Lock()  # one flush at a time: state records stay in order
         self._last_flush = time.monotonic()
+        # Health (app.py's /health reads these).
+        self.failed: BaseException | None = None  # output could not be published: the worker stops
+        self.last_fold = time.monotonic()  # when a batch was last folded
+        self.broker_ok = True  # the last probe of the broker (every 2 s) got an answer
+        self.broker_checked = time.monotonic()
 
     async def add(self, event: Any) -> None:
         """Pass an event on; waits only when far more than a batch is waiting."""
+        if self.failed is not None or self.should_stop:
+            return  # never acknowledged: the partition's next owner folds it
         self._waiting.append(event)
         self._arrived.set()
         if len(self._waiting) >= self.settings.batch_max:
@@ -96,11 +102,35 @@ class Pipeline(Service):
         await self.states.start()
 
     async def on_stop(self) -> None:
+        self._room.set()  # an agent waiting for room must not hold the stop up
         try:
-            await self._flush(final=True)
+            if self.failed is None:
+                await self._flush(final=True)
+            # After a failure nothing more is stored or acknowledged: what was folded
+            # since the last flush is replayed by the partitions' next owner.
         finally:
-            await self.publisher.stop()
-            await self.states.stop()
+            for producer in (self.publisher, self.states):
+                try:  # a producer that cannot reach its broker would wait for it forever
+                    await asyncio.wait_for(producer.stop(), 5.0)
+                except Exception as exc:
+                    log.warning("a producer did not stop cleanly: %r", exc)
+
+    def stalled(self, after: float = 30.0) -> bool:
+        """Events are waiting in Kafka but none was folded for `after` seconds."""
+        return self.lag() > 0 and time.monotonic() - self.last_fold > after
+
+    @Service.timer(2.0)
+    async def _probe_broker(self) -> None:
+        # A metadata request over the decisions producer's connections: during a broker
+        # outage the consumer only logs its errors, and /health must say so.
+        producer = self.publisher._producer
+        if producer is None:
+            return
+        try:
+            ok = bool(await asyncio.wait_for(producer.client.force_metadata_update(), 5.0))
+        except Exception:
+            ok = False
+        self.broker_ok, self.broker_checked = ok, time.monotonic()
 
     @Service.task
     async def _fold_loop(self) -> None:
@@ -116,14 +146,15 @@ class Pipeline(Service):
                     await asyncio.wait_for(self._full.wait(), self.linger)
                 except asyncio.TimeoutError:
                     pass
-            batch, self._waiting = self._waiting[:n], self._waiting[n:]
-            if not self._waiting:
-                self._arrived.clear()
-            self._room.set()
             try:
+                batch, self._waiting = self._waiting[:n], self._waiting[n:]
+                if not self._waiting:
+                    self._arrived.clear()
+                self._room.set()
                 await self._handle(batch)
+                self.last_fold = time.monotonic()
             except Exception as exc:
-                await self._fail(exc)
+                self._fail(exc)
                 return
 
     @Service.timer(0.05)
@@ -136,11 +167,11 @@ class Pipeline(Service):
         else:  # only tombstones left
             due = bool(self._tombstones) and (
                 hurry or now - min(self._tombstones.values()) >= self.tombstone_delay)
-        if due:
+        if due and self.failed is None:
             try:
                 await self._flush()
             except Exception as exc:
-                await self._fail(exc)
+                self._fail(exc)
 
     async def _handle(self, batch: list) -> None:
         s = self.settings
@@ -154,7 +185,7 @@ class Pipeline(Service):
                 store[key] = state
             self._tombstones.pop(key, None)  # a new run took the key: no tombstone
             self._dirty[key] = ended_record(*result.ended[key]) if key in result.ended else state
-        out = [Record(s.decisions_topic, d.gateway_id.encode(), encode(d)) for d in result.decisions]
+        out = [Record(s.decisions_topic, d.gateway_id.encode(), raw) for d, raw in zip(result.decisions, result.encoded)]
         for dl in result.dead:
             out.append(Record(s.deadletter_topic, dl.key, dl.value, dl.headers, None if dl.key is not None else 0))
         if self._sent:
@@ -207,9 +238,14 @@ class Pipeline(Service):
             self.metrics.flushes.inc()
             self.metrics.flushed_states.inc(len(out))
 
-    async def _fail(self, exc: BaseException) -> None:
+    def _fail(self, exc: BaseException) -> None:
         # Not a bad event (those are dead letters): output could not be published.
         # Acknowledging nothing and stopping the whole worker hands its partitions, from
-        # their committed offsets, to a healthy member.
+        # their committed offsets, to a healthy member. `on_error` must not wait for the
+        # app to stop: the app's stop waits for this service's own tasks, this one too.
+        if self.failed is not None:
+            return
+        self.failed = exc
+        self._room.set()  # an agent waiting for room must not hold the stop up
         log.critical("stopping the worker: output could not be published: %r", exc)
-        await self.on_error(exc)
+        self.on_error(exc)

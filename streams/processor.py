@@ -10,8 +10,8 @@ import logging
 import time
 from typing import Any, Callable, Iterable, NamedTuple, Protocol
 
-from detectors import DetectionConfig, EventError, RunState, apply, decode_event, decode_state, encode_state
-from detectors.errors import OversizeError
+from detectors import DetectionConfig, EventError, RunState, decode_state, encode_state
+from detectors.ingest import KeyMismatch, MissingKey, admit, step
 from detectors.wire import Decision
 
 from .metrics import Metrics
@@ -24,7 +24,7 @@ class Incoming(Protocol):
     so the worker passes its messages as they are)."""
 
     key: bytes | None
-    value: bytes
+    value: bytes | None
     topic: str
     partition: int
     offset: int
@@ -37,18 +37,29 @@ class DeadLetter(NamedTuple):
     headers: list[tuple[str, bytes]]
 
 
-class KeyMismatch(EventError):
-    reason = "key_mismatch"
+# A dead letter must fit the dead-letter topic (the broker's default limit is about 1 MiB
+# per record, and an event the broker accepted compressed can be larger): past these
+# sizes the value and the key are cut, and their original sizes named in headers.
+DEAD_LETTER_MAX_VALUE = 900_000
+DEAD_LETTER_MAX_KEY = 4096
 
 
 def dead_letter(msg: Incoming, err: EventError) -> DeadLetter:
-    return DeadLetter(msg.key, msg.value, [
+    key, value = msg.key, msg.value if msg.value is not None else b""
+    headers = [
         ("loopwarden.error", err.reason.encode()),
-        ("loopwarden.detail", str(err).encode("utf-8", "replace")[:2000]),
+        ("loopwarden.detail", str(err).encode("utf-8", "backslashreplace")[:2000]),
         ("loopwarden.source.topic", msg.topic.encode()),
         ("loopwarden.source.partition", str(msg.partition).encode()),
         ("loopwarden.source.offset", str(msg.offset).encode()),
-    ])
+    ]
+    if len(value) > DEAD_LETTER_MAX_VALUE:
+        headers.append(("loopwarden.original.value_bytes", str(len(value)).encode()))
+        value = value[:DEAD_LETTER_MAX_VALUE]
+    if key is not None and len(key) > DEAD_LETTER_MAX_KEY:
+        headers.append(("loopwarden.original.key_bytes", str(len(key)).encode()))
+        key = key[:DEAD_LETTER_MAX_KEY]
+    return DeadLetter(key, value, headers)
 
 
 _MISSING = object()
@@ -56,6 +67,7 @@ _MISSING = object()
 
 class BatchResult(NamedTuple):
     decisions: list[Decision]
+    encoded: list[bytes]  # each decision's JSON, in the same order
     dead: list[DeadLetter]
     writes: dict[bytes, RunState | None]  # run key -> its new state, None: the run ended
     # Runs that ended in this batch: key -> (the state just before its run_end, the
@@ -71,25 +83,25 @@ def process_batch(
     metrics: Metrics | None = None,
 ) -> BatchResult:
     """Fold a batch; `load(key)` reads a run's stored state (a RunState, or the bytes a
-    changelog recovery put there). Never raises for bad input."""
+    changelog recovery put there). Never raises for bad input: whatever a message holds,
+    it yields decisions or one dead letter (detectors.ingest)."""
     states: dict[bytes, Any] = {}
     dirty: set[bytes] = set()
     decisions: list[Decision] = []
+    encoded: list[bytes] = []
     dead: list[DeadLetter] = []
     ended: dict[bytes, tuple[RunState, int]] = {}
     for msg in messages:
         try:
-            if len(msg.value) > max_event_bytes:
-                raise OversizeError(f"{len(msg.value)} bytes > limit {max_event_bytes}")
-            ev = decode_event(msg.value)
-            key = ev.run_id.encode()
-            if msg.key is not None and msg.key != key:
-                raise KeyMismatch(f"message key {msg.key[:200]!r} is not the event's run_id {ev.run_id[:200]!r}")
+            ev = admit(msg.value, msg.key, max_event_bytes)
+            key = msg.key
             state = states.get(key, _MISSING)
             if state is _MISSING:
                 state = _load_state(load, key, msg.offset)
-            new, ds = apply(state, ev, config)
+            new, ds, raw = step(state, ev, config)
         except EventError as exc:
+            if exc.reason == "internal_error":
+                log.error("event at %s[%d]@%d set aside: %s", msg.topic, msg.partition, msg.offset, exc)
             dead.append(dead_letter(msg, exc))
             if metrics:
                 metrics.dead_letters.labels(exc.reason).inc()
@@ -102,7 +114,8 @@ def process_batch(
             elif new is not None:
                 ended.pop(key, None)
         decisions.extend(ds)
-    return BatchResult(decisions, dead, {k: states[k] for k in dirty}, ended)
+        encoded.extend(raw)
+    return BatchResult(decisions, encoded, dead, {k: states[k] for k in dirty}, ended)
 
 
 # A changelog record of a run that has ended: this prefix (a byte msgpack never starts
@@ -148,4 +161,4 @@ def observe(metrics: Metrics, batch: list[Incoming], result: BatchResult) -> Non
         metrics.decisions.labels(action, detector).inc(n)
 
 
-__all__ = ["BatchResult", "DeadLetter", "Incoming", "KeyMismatch", "observe", "process_batch"]
+__all__ = ["BatchResult", "DeadLetter", "Incoming", "KeyMismatch", "MissingKey", "observe", "process_batch"]

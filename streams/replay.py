@@ -8,8 +8,8 @@ import sys
 from collections import Counter
 from typing import BinaryIO, TextIO
 
-from detectors import DetectionConfig, DecodeError, RunState, StaleSeqError, apply, decode_event
-from detectors.wire import encode
+from detectors import DetectionConfig, EventError, RunState
+from detectors.ingest import admit, step
 
 DEFAULT_MAX_EVENT_BYTES = 1 << 20
 
@@ -77,6 +77,7 @@ def run_replay(
     seen = 0
 
     def set_aside(lineno: int, line: bytes, reason: str, detail: str) -> None:
+        detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
         errors.write(f"line {lineno}: {reason}: {detail}\n")
         if dead_letter is not None:
             record = {"line": lineno, "error": reason, "detail": detail, "value": line.decode("utf-8", "replace")}
@@ -95,42 +96,37 @@ def run_replay(
                 write(b"".join(out))
                 out.clear()
             line = line.rstrip(b"\r\n")
-            if not line or line.isspace():
-                continue
             events += 1
-            if len(line) > max_event_bytes:
-                report.bad += 1
-                set_aside(lineno, line, "oversize", f"{len(line)} bytes > limit {max_event_bytes}")
-                continue
+            # The same checks and fold as the worker's (detectors.ingest): a blank line is
+            # an empty message, a bad event there; a file has no keys to check.
             try:
-                ev = decode_event(line)
-            except DecodeError as exc:
-                report.bad += 1
-                set_aside(lineno, line, exc.reason, str(exc))
-                continue
-            run = ev.run_id
-            try:
-                state, decisions = apply(get(run), ev, config)
-            except StaleSeqError as exc:
-                report.stale += 1
+                ev = admit(line, None, max_event_bytes, keyed=False)
+                run = ev.run_id
+                state, decisions, encoded = step(get(run), ev, config)
+            except EventError as exc:
+                if exc.reason == "stale_seq":
+                    report.stale += 1
+                else:
+                    report.bad += 1
                 set_aside(lineno, line, exc.reason, str(exc))
                 continue
             if state is None:
                 states.pop(run, None)
             else:
                 states[run] = state
-            for d in decisions:
-                out.append(encode(d))
+            for d, raw in zip(decisions, encoded):
+                out.append(raw)
                 out.append(b"\n")
                 decisions_n += 1
                 actions[d.action] += 1
                 if d.detector:
                     detectors[d.detector] += 1
+    finally:
+        # Whatever happened, what was decided is written out.
         write(b"".join(out))
         dst.flush()
         report.events = events
         report.decisions = decisions_n
-    finally:
         progress.close()
     return report
 

@@ -33,6 +33,7 @@ class Settings:
     data_dir: str = ".loopwarden-data"
     log_level: str = "warning"
     session_timeout_s: float = 30.0  # how soon a dead worker's partitions move to the others
+    stop_timeout_s: float = 25.0  # a stopping or crashed worker's process ends within this
     # Kafka security, passed through to Faust and aiokafka.
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = "PLAIN"

@@ -1,0 +1,151 @@
+"""A worker that crashed exits, non-zero, within its bound, and says it is not healthy
+meanwhile; SIGTERM stops a worker within the same bound in every state it can be in."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from benchmarks.trace import generate
+from tests.integration.harness import WorkerProcess, event_records, fresh_worker, new_prefix, produce, setup_topics
+
+pytestmark = pytest.mark.integration
+
+CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}}
+BOUND_S = 30.0  # the issue's bound; workers are started with --stop-timeout-s 20
+
+
+def unwritable(bootstrap: str, topic: str) -> None:
+    """Make every produce to `topic` fail: no decision fits in 100 bytes."""
+    async def go() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                                      configs={"max.message.bytes": "100"})])
+        finally:
+            await admin.close()
+    asyncio.run(go())
+
+
+def calls(run: str, n: int) -> list[dict]:
+    return [{"type": "tool_call", "run_id": run, "seq": i, "gateway_id": "gw-1", "tool_name": "read",
+             "params": {"path": f"/{i}"}} for i in range(n)]
+
+
+def log_since(w: WorkerProcess, offset: int) -> str:
+    with open(w.log, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
+def watch_until_exit(w: WorkerProcess, offset: int, timeout: float) -> tuple[float, list[str]]:
+    """Poll /health until the process exits: (seconds it took, statuses seen after the
+    crash was logged). The log (from `offset`, where this start's lines begin) is read
+    before /health each time, so an 'ok' counted here was answered after the crash."""
+    t0 = time.monotonic()
+    after_crash: list[str] = []
+    assert w.proc is not None
+    while w.proc.poll() is None:
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"worker still running after {timeout}s:\n{w.tail()}")
+        crashed = "stopping the worker" in log_since(w, offset)
+        h = w.health()
+        if crashed:
+            after_crash.append(h["status"] if h else "no answer")
+        time.sleep(0.05)
+    return time.monotonic() - t0, after_crash
+
+
+def test_a_worker_whose_output_cannot_be_published_exits_every_time(bootstrap, tmp_path, workers):
+    prefix = new_prefix()
+    s = setup_topics(bootstrap, prefix, partitions=2)
+    unwritable(bootstrap, s.decisions_topic)
+    w = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path, partitions=2, extra=("--stop-timeout-s", "20"))
+    workers.append(w)
+    took, codes, seen = [], [], []
+    for i in range(20):
+        # From the second start on, the unacknowledged events of the last one are
+        # replayed at once: the worker may crash before it ever says it is healthy.
+        offset = w.log.stat().st_size if w.log.exists() else 0
+        w.start(wait=False)
+        # New events each time, beside the ones the last worker left unacknowledged.
+        produce(bootstrap, s.events_topic, event_records(calls(f"run-{i}", 20)))
+        secs, statuses = watch_until_exit(w, offset, BOUND_S + 15)
+        took.append(secs)
+        codes.append(w.proc.returncode)
+        seen.extend(statuses)
+        assert "stopping the worker: output could not be published" in log_since(w, offset), w.tail()
+    assert all(c != 0 for c in codes), codes
+    assert max(took) < BOUND_S, took
+    assert "ok" not in seen, seen
+
+
+def test_sigterm_stops_an_idle_worker(bootstrap, tmp_path, workers):
+    _, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG, extra=("--stop-timeout-s", "20"))
+    t0 = time.monotonic()
+    w.stop(timeout=BOUND_S + 10)
+    assert time.monotonic() - t0 < BOUND_S and w.proc.returncode == 0, w.tail()
+
+
+@pytest.mark.parametrize("flush_ms", ["100", "600000"], ids=["folding", "flushing"])
+def test_sigterm_stops_a_busy_worker(bootstrap, tmp_path, workers, flush_ms):
+    # "folding": a long burst is being folded; "flushing": nothing was flushed yet, so
+    # the stop writes thousands of run states while events keep arriving.
+    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG,
+                        extra=("--stop-timeout-s", "20", "--flush-interval-ms", flush_ms))
+    events = [json.loads(x) for x in generate(30_000, seed=3, concurrent=3000)]
+    produce(bootstrap, s.events_topic, event_records(events[:10_000]))
+    deadline = time.monotonic() + 60
+    while "loopwarden_events_total 0.0" in w.metrics() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    os.killpg(w.proc.pid, signal.SIGTERM)
+    produce(bootstrap, s.events_topic, event_records(events[10_000:12_000]))
+    w.proc.wait(BOUND_S + 10)
+    assert time.monotonic() - t0 < BOUND_S, w.tail()
+    assert w.proc.returncode == 0, w.tail()
+
+
+def test_sigterm_stops_a_rebalancing_worker(bootstrap, tmp_path, workers):
+    s, w1 = fresh_worker(bootstrap, tmp_path, workers, CONFIG, extra=("--stop-timeout-s", "20"))
+    produce(bootstrap, s.events_topic, event_records(calls("r", 200)))
+    w2 = WorkerProcess(bootstrap, s.topic_prefix, CONFIG, tmp_path, name="second", extra=("--stop-timeout-s", "20"))
+    workers.append(w2)
+    w2.start(wait=False)
+    deadline = time.monotonic() + 60
+    while (w1.health() or {}).get("status") == "ok" and time.monotonic() < deadline:
+        time.sleep(0.05)  # the second member joined: the first is rebalancing now
+    assert (w1.health() or {}).get("status") != "ok", "the group never rebalanced"
+    t0 = time.monotonic()
+    w1.stop(timeout=BOUND_S + 10)
+    assert time.monotonic() - t0 < BOUND_S, w1.tail()
+    w2.stop(timeout=BOUND_S + 10)
+    assert w2.proc.returncode is not None
+
+
+def test_sigterm_stops_a_crashed_worker(bootstrap, tmp_path, workers):
+    prefix = new_prefix()
+    s = setup_topics(bootstrap, prefix, partitions=2)
+    unwritable(bootstrap, s.decisions_topic)
+    # A long bound, so that the SIGTERM, not the crash's own deadline, ends it.
+    w = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path, partitions=2, extra=("--stop-timeout-s", "20"))
+    workers.append(w)
+    w.start()
+    produce(bootstrap, s.events_topic, event_records(calls("r", 20)))
+    deadline = time.monotonic() + 30
+    while "stopping the worker" not in w.tail(1_000_000) and w.alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    if w.alive():
+        os.killpg(w.proc.pid, signal.SIGTERM)
+    w.proc.wait(BOUND_S + 10)
+    assert time.monotonic() - t0 < BOUND_S
+    assert w.proc.returncode != 0
