@@ -9,6 +9,7 @@ import os
 import signal
 
 import faust
+from aiokafka.partitioner import murmur2
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mode import Service
@@ -114,6 +115,7 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
 
     pipeline = Pipeline(settings, config, metrics, lambda: runs.data, lambda: sum(lags().values()),
                         lambda: app.should_stop or app.rebalancing, runs.changelog_topic.get_topic_name(), crash,
+                        partition_of=lambda key: (murmur2(key) & 0x7FFFFFFF) % settings.partitions,
                         tombstone_delay=2 * app.conf.broker_commit_interval + settings.flush_interval_ms / 1000.0)
 
     app.pipeline = pipeline  # run_worker and /health read its failure

@@ -156,6 +156,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--stop-timeout-s", type=float,
                    help="a worker asked to stop (SIGTERM, SIGINT) or that crashed exits within this many seconds, "
                    "forcibly if its graceful stop has not finished (exit 143, 130, or 1 after a crash; default 25)")
+    w.add_argument("--state-sweep-interval-s", type=float,
+                   help="how often the table is swept for runs idle (in event time) past twice the config's "
+                   "loopwarden.runIdleTimeoutMs; they are dropped and tombstoned (default 60)")
     w.set_defaults(func=cmd_worker)
 
     t = sub.add_parser("topics", help="create the topics with the right keys and cleanup policies")

@@ -24,6 +24,9 @@ class Metrics:
         self.lag = Gauge("loopwarden_consumer_lag",
                          "Events not yet folded, by partition (once one was folded since assignment)", ["partition"],
                          registry=r)
+        self.evicted = Counter("loopwarden_runs_evicted",
+                               "Runs dropped from the table for being idle past twice runIdleTimeoutMs (event time)",
+                               registry=r)
         self.runs = Gauge("loopwarden_active_runs", "Runs with state in this worker's table", registry=r)
         self.flushes = Counter("loopwarden_state_flushes", "Writes of the touched run states to the changelog",
                                registry=r)

@@ -22,10 +22,10 @@ from typing import Any, Callable
 
 from mode import Service
 
-from detectors import DetectionConfig, RunState, encode_state
+from detectors import DetectionConfig, RunState, decode_state, encode_state
 
 from .metrics import Metrics
-from .processor import ended_record, observe, process_batch
+from .processor import ENDED, ended_record, observe, process_batch
 from .publisher import Publisher, Record
 from .settings import Settings
 
@@ -43,6 +43,7 @@ class Pipeline(Service):
         hurry: Callable[[], bool],
         changelog_topic: str,
         on_error: Callable[[BaseException], None],
+        partition_of: Callable[[bytes], int | None] = lambda key: None,
         tombstone_delay: float = 6.0,
         **kwargs: Any,
     ) -> None:
@@ -56,6 +57,7 @@ class Pipeline(Service):
         self.hurry = hurry  # true while the app stops or rebalances: flush now
         self.linger = settings.batch_linger_ms / 1000.0
         self.on_error = on_error
+        self.partition_of = partition_of  # a stored run's partition (the table knows it)
         self.publisher = Publisher(settings.kafka_kwargs())  # decisions and dead letters
         self.states = Publisher(settings.kafka_kwargs())  # changelog records
         self.interval = settings.flush_interval_ms / 1000.0
@@ -65,8 +67,10 @@ class Pipeline(Service):
         self._full = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
-        # run key -> state to store (bytes: an ended run's record, see below)
-        self._dirty: dict[bytes, RunState | bytes] = {}
+        # run key -> (its partition, the state to store; bytes: an ended run's record, see
+        # below). A run's changelog partition is its events' partition: the state goes
+        # where the partition's next owner recovers it, with no partitioner to run.
+        self._dirty: dict[bytes, tuple[int, RunState | bytes]] = {}
         self._unacked: list = []  # folded since the last flush
         self._sent: list[asyncio.Future] = []  # deliveries queued since the last flush
         # A run that ended is stored as it was just before its run_end, with the run_end's
@@ -75,7 +79,13 @@ class Pipeline(Service):
         # Until then a restarted worker replays the run's last events against that state
         # and answers them as before; a tombstone written at once would make them start
         # a new run, with other decisions.
-        self._tombstones: dict[bytes, float] = {}  # ended runs stored -> when acknowledged
+        self._tombstones: dict[bytes, tuple[float, int]] = {}  # ended runs -> (when acknowledged, partition)
+        # Runs idle for long in event time are dropped (semantics.md section 7): the
+        # newest `ts` folded from each partition, and a sweep of the table now and then.
+        self.newest_ts: dict[int, int] = {}
+        self.idle_timeout_ms = config.idle_timeout_ms
+        self.sweep_interval = settings.state_sweep_interval_s
+        self.evicted = 0
         self.tombstone_delay = tombstone_delay
         self._flushing = asyncio.Lock()  # one flush at a time: state records stay in order
         self._last_flush = time.monotonic()
@@ -114,6 +124,49 @@ class Pipeline(Service):
                     await asyncio.wait_for(producer.stop(), 5.0)
                 except Exception as exc:
                     log.warning("a producer did not stop cleanly: %r", exc)
+
+    @Service.task
+    async def _sweep_idle_runs(self) -> None:
+        """Drop the runs idle for more than twice the idle timeout in event time
+        (semantics.md section 7: no decision changes, since the run's next event would
+        start it over anyway), from the table and, with a tombstone, the changelog.
+
+        Wall-clock paced, event-time decided: the newest `ts` folded from the run's
+        partition against the run's last `ts`. Works in chunks, so the fold loop goes on
+        in between."""
+        limit = 2 * self.idle_timeout_ms
+        while not self.should_stop:
+            await self.sleep(self.sweep_interval)
+            store = self.store()
+            keys = list(store.keys())
+            for i in range(0, len(keys), 1000):
+                await asyncio.sleep(0)
+                for key in keys[i:i + 1000]:
+                    value = store.get(key)
+                    if value is None or key in self._dirty or key in self._tombstones:
+                        continue  # touched since the snapshot, or already on its way out
+                    last, part = self._last_ts(key, value)
+                    if last is None or part is None:
+                        continue
+                    newest = self.newest_ts.get(part)
+                    if newest is not None and newest - last > limit:
+                        del store[key]
+                        self._tombstones[key] = (0.0, part)  # due at the next flush
+                        self.evicted += 1
+                        self.metrics.evicted.inc()
+
+    def _last_ts(self, key: bytes, value: Any) -> tuple[int | None, int | None]:
+        """(the run's last `ts`, its partition) for a stored value."""
+        if isinstance(value, RunState):
+            state = value
+        elif isinstance(value, bytes) and value[:1] != ENDED:
+            try:
+                state = decode_state(value)
+            except Exception:
+                return None, None
+        else:
+            return None, None
+        return state.last_ts, self.partition_of(key)
 
     def stalled(self, after: float = 30.0) -> bool:
         """Events are waiting in Kafka but none was folded for `after` seconds."""
@@ -166,7 +219,7 @@ class Pipeline(Service):
             due = hurry or now - self._last_flush >= self.interval
         else:  # only tombstones left
             due = bool(self._tombstones) and (
-                hurry or now - min(self._tombstones.values()) >= self.tombstone_delay)
+                hurry or now - min(t for t, _ in self._tombstones.values()) >= self.tombstone_delay)
         if due and self.failed is None:
             try:
                 await self._flush()
@@ -178,13 +231,18 @@ class Pipeline(Service):
         msgs = [e.message for e in batch]
         store = self.store()
         result = process_batch(msgs, store.get, self.config, s.max_event_bytes, self.metrics)
+        where = result.where
         for key, state in result.writes.items():
             if state is None:
                 store.pop(key, None)
             else:
                 store[key] = state
             self._tombstones.pop(key, None)  # a new run took the key: no tombstone
-            self._dirty[key] = ended_record(*result.ended[key]) if key in result.ended else state
+            self._dirty[key] = (where[key], ended_record(*result.ended[key]) if key in result.ended else state)
+        newest = self.newest_ts
+        for part, ts in result.newest_ts.items():
+            if ts > newest.get(part, ts - 1):
+                newest[part] = ts
         out = [Record(s.decisions_topic, d.gateway_id.encode(), raw) for d, raw in zip(result.decisions, result.encoded)]
         for dl in result.dead:
             out.append(Record(s.deadletter_topic, dl.key, dl.value, dl.headers, None if dl.key is not None else 0))
@@ -212,16 +270,16 @@ class Pipeline(Service):
             self._dirty, self._unacked, self._sent = {}, [], []
             now = self._last_flush = time.monotonic()
             hurry = final or self.hurry()  # stopping or rebalancing: Faust commits right after
-            due = [k for k, t in self._tombstones.items() if hurry or now - t >= self.tombstone_delay]
+            due = [k for k, (t, _) in self._tombstones.items() if hurry or now - t >= self.tombstone_delay]
             out = []
-            for i, (key, state) in enumerate(dirty.items()):
+            for i, (key, (part, state)) in enumerate(dirty.items()):
                 value = state if isinstance(state, bytes) else encode_state(state)
-                out.append(Record(self.changelog_topic, key, value))
+                out.append(Record(self.changelog_topic, key, value, None, part))
                 if i % 64 == 63:
                     await asyncio.sleep(0)  # let the fold loop go on between chunks
             for key in due:
-                del self._tombstones[key]
-                out.append(Record(self.changelog_topic, key, None))
+                _, part = self._tombstones.pop(key)
+                out.append(Record(self.changelog_topic, key, None, None, part))
             if out:
                 deliveries = [*deliveries, await self.states.send(out)]
             for d in deliveries:
@@ -229,11 +287,12 @@ class Pipeline(Service):
             for e in events:
                 e.ack()
             acked = time.monotonic()
-            for key, state in dirty.items():
+            for key, (part, state) in dirty.items():
                 if isinstance(state, bytes):  # an ended run: its tombstone once the run_end is committed
-                    self._tombstones[key] = acked
+                    self._tombstones[key] = (acked, part)
             if final and self._tombstones:
-                await self.states.publish([Record(self.changelog_topic, k, None) for k in self._tombstones])
+                await self.states.publish([Record(self.changelog_topic, k, None, None, p)
+                                           for k, (_, p) in self._tombstones.items()])
                 self._tombstones.clear()
             self.metrics.flushes.inc()
             self.metrics.flushed_states.inc(len(out))

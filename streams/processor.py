@@ -70,6 +70,8 @@ class BatchResult(NamedTuple):
     encoded: list[bytes]  # each decision's JSON, in the same order
     dead: list[DeadLetter]
     writes: dict[bytes, RunState | None]  # run key -> its new state, None: the run ended
+    where: dict[bytes, int]  # run key (of writes) -> its partition (the changelog's, too)
+    newest_ts: dict[int, int]  # partition -> the newest event `ts` folded from it
     # Runs that ended in this batch: key -> (the state just before its run_end, the
     # offset of that run_end).
     ended: dict[bytes, tuple[RunState, int]]
@@ -91,6 +93,8 @@ def process_batch(
     encoded: list[bytes] = []
     dead: list[DeadLetter] = []
     ended: dict[bytes, tuple[RunState, int]] = {}
+    where: dict[bytes, int] = {}
+    newest: dict[int, int] = {}
     for msg in messages:
         try:
             ev = admit(msg.value, msg.key, max_event_bytes)
@@ -106,16 +110,20 @@ def process_batch(
             if metrics:
                 metrics.dead_letters.labels(exc.reason).inc()
             continue
+        ts = ev.ts
+        if ts is not None and ts > newest.get(msg.partition, ts - 1):
+            newest[msg.partition] = ts
         if new is not state:
             states[key] = new
             dirty.add(key)
+            where[key] = msg.partition
             if new is None and state is not None:
                 ended[key] = (state, msg.offset)
             elif new is not None:
                 ended.pop(key, None)
         decisions.extend(ds)
         encoded.extend(raw)
-    return BatchResult(decisions, encoded, dead, {k: states[k] for k in dirty}, ended)
+    return BatchResult(decisions, encoded, dead, {k: states[k] for k in dirty}, where, newest, ended)
 
 
 # A changelog record of a run that has ended: this prefix (a byte msgpack never starts

@@ -34,10 +34,11 @@ class Record(NamedTuple):
     partition: int | None = None  # None: the default partitioner's choice for the key
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=4096)
 def partition_for(key: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner (murmur2) picks for a key (murmur2 is
-    pure Python; the same gateway and run keys come back batch after batch)."""
+    pure Python; the same gateway keys come back batch after batch). Run states carry
+    their events' partition instead: a cache keyed by run would grow with every run."""
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 

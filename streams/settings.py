@@ -34,6 +34,7 @@ class Settings:
     log_level: str = "warning"
     session_timeout_s: float = 30.0  # how soon a dead worker's partitions move to the others
     stop_timeout_s: float = 25.0  # a stopping or crashed worker's process ends within this
+    state_sweep_interval_s: float = 60.0  # how often idle runs are looked for in the table
     # Kafka security, passed through to Faust and aiokafka.
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = "PLAIN"
@@ -118,6 +119,8 @@ def build(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None 
         raise SettingsError(f"batch_linger_ms must not be negative, got {s.batch_linger_ms}")
     if s.flush_interval_ms < 0:
         raise SettingsError(f"flush_interval_ms must not be negative, got {s.flush_interval_ms}")
+    if s.state_sweep_interval_s <= 0 or s.stop_timeout_s <= 0:
+        raise SettingsError("state_sweep_interval_s and stop_timeout_s must be positive")
     if s.max_event_bytes < 1:
         raise SettingsError(f"max_event_bytes must be positive, got {s.max_event_bytes}")
     if s.security_protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
