@@ -5,11 +5,31 @@
         if d.action == "block": ...
         await client.result(run_id, "read", {"path": "a"}, result={...})
 
-Events are numbered per run (`seq`) and produced with an idempotent producer (acks=all),
-keyed by run_id. The client reads only its own partition of the decisions topic (the
-partition of its gateway_id under Kafka's default partitioner) and resolves one future
-per (run_id, seq). Privacy mode (the default) hashes params and results here and sends
-no raw payload.
+Events are produced with an idempotent producer (acks=all), keyed by run_id. The client
+reads only its own partition of the decisions topic (the partition of its gateway_id
+under Kafka's default partitioner) and resolves one future per (run_id, seq). Privacy
+mode (the default) hashes params and results here and sends no raw payload.
+
+Sequence numbers. The worker needs `seq` only to increase strictly within a run (and to
+stay within 2^53 - 1); an event whose seq is not above the run's last applied one is a
+duplicate. A gateway that restarts mid-run (a new client, same run_id) must therefore not
+start counting again: every event gets
+
+    seq = max(the previous seq this client issued + 1, the wall clock in µs since the epoch)
+
+one counter for the whole client, not per run. A restarted client so continues above
+whatever it sent before, every seq it issues is unique (so are its event ids, even when a
+run_id is reused after `end_run`), and no per-run counter is kept. The counter runs
+ahead of the clock only while the client issues more than one event per microsecond (at
+most by the number of events issued that fast), so in practice seq is the clock, and a
+clock that steps back while the client runs changes nothing. Assumption, across a
+restart: the new client's clock is past the last seq the old one issued, i.e. the clock
+did not step back by more than the time the gateway was down (less that lead). If it
+did, the new client's first events of a run the worker still holds are duplicates until
+the clock catches up: their tool_calls are dead-lettered as `stale_seq` and answered by
+the timeout policy (degraded decisions), their results are ignored; a call is given
+another call's decision only if its seq equals an earlier one to the microsecond. The
+clock in µs reaches the 2^53 - 1 limit in the year 2255.
 """
 
 from __future__ import annotations
@@ -26,7 +46,8 @@ from msgspec import UNSET
 from detectors.errors import LoopwardenError
 from detectors.fingerprint import fingerprint
 from detectors.wire import (
-    CompactionRetry, Decision, RunEnd, ToolCall, ToolResult, decode_decision, decode_value, encode,
+    MAX_SAFE_INTEGER, CompactionRetry, Decision, RunEnd, ToolCall, ToolResult, decode_decision, decode_value,
+    encode,
 )
 
 from .publisher import partition_for as partition_bytes
@@ -34,6 +55,11 @@ from .settings import Settings, build
 
 FAIL_OPEN = "fail-open"
 FAIL_CLOSED = "fail-closed"
+
+
+def _now_us() -> int:
+    """The wall clock in microseconds since the epoch (a seam for tests)."""
+    return time.time_ns() // 1000
 
 
 def partition_for(gateway_id: str, partitions: int) -> int:
@@ -67,7 +93,7 @@ class GatewayClient:
         self.policy = policy
         self.privacy = privacy
         self.agent_id = agent_id
-        self._seq: dict[str, int] = {}
+        self._last_seq = -1  # the last seq issued, for any run (see the module docstring)
         self._waiting: dict[tuple[str, int], asyncio.Future] = {}
         self._seen: dict[str, None] = {}
         self.aborted: dict[str, Decision] = {}
@@ -164,9 +190,13 @@ class GatewayClient:
         if fut is not None and not fut.done():
             fut.set_result(d)
 
-    def _next_seq(self, run_id: str) -> int:
-        seq = self._seq.get(run_id, 0)
-        self._seq[run_id] = seq + 1
+    def _next_seq(self) -> int:
+        """The seq of a new event, whatever its run: above every seq this client issued
+        and not below the clock in µs (see the module docstring)."""
+        seq = max(self._last_seq + 1, _now_us())
+        if seq > MAX_SAFE_INTEGER:
+            raise LoopwardenError(f"seq {seq} would exceed 2^53 - 1 (is the clock set to after the year 2255?)")
+        self._last_seq = seq
         return seq
 
     async def _send(self, ev: Any) -> None:
@@ -178,19 +208,20 @@ class GatewayClient:
     async def check(self, run_id: str, tool_name: str, params: Any = UNSET, tool_call_id: str | None = None,
                     agent_id: str | None = None) -> Decision:
         """Publish a tool_call and wait for its decision (or apply the timeout policy)."""
-        seq = self._next_seq(run_id)
+        seq = self._next_seq()
         ev = ToolCall(run_id=run_id, seq=seq, gateway_id=self.gateway_id, agent_id=agent_id or self.agent_id,
                       ts=int(time.time() * 1000), tool_name=tool_name, tool_call_id=tool_call_id,
                       params=_wire(params))
         fut = asyncio.get_running_loop().create_future()
         self._waiting[(run_id, seq)] = fut
-        await self._send(ev)
         try:
+            await self._send(ev)
             return await asyncio.wait_for(fut, self.timeout_s)
         except asyncio.TimeoutError:
-            self._waiting.pop((run_id, seq), None)
             self.degraded += 1
             return self._fallback(ev)
+        finally:
+            self._waiting.pop((run_id, seq), None)
 
     def _fallback(self, ev: ToolCall) -> Decision:
         closed = self.policy == FAIL_CLOSED
@@ -206,19 +237,18 @@ class GatewayClient:
     async def result(self, run_id: str, tool_name: str, params: Any = UNSET, *, result: Any = UNSET,
                      error: Any = UNSET, tool_call_id: str | None = None, agent_id: str | None = None) -> None:
         """Publish a tool's outcome. A result that aborts the run shows in `aborted[run_id]`."""
-        ev = ToolResult(run_id=run_id, seq=self._next_seq(run_id), gateway_id=self.gateway_id,
+        ev = ToolResult(run_id=run_id, seq=self._next_seq(), gateway_id=self.gateway_id,
                         agent_id=agent_id or self.agent_id, ts=int(time.time() * 1000), tool_name=tool_name,
                         tool_call_id=tool_call_id, params=_wire(params), result=_wire(result), error=_wire(error))
         await self._send(ev)
 
     async def compaction_retry(self, run_id: str) -> None:
-        await self._send(CompactionRetry(run_id=run_id, seq=self._next_seq(run_id), gateway_id=self.gateway_id,
+        await self._send(CompactionRetry(run_id=run_id, seq=self._next_seq(), gateway_id=self.gateway_id,
                                          agent_id=self.agent_id, ts=int(time.time() * 1000)))
 
     async def end_run(self, run_id: str) -> None:
-        await self._send(RunEnd(run_id=run_id, seq=self._next_seq(run_id), gateway_id=self.gateway_id,
+        await self._send(RunEnd(run_id=run_id, seq=self._next_seq(), gateway_id=self.gateway_id,
                                 agent_id=self.agent_id, ts=int(time.time() * 1000)))
-        self._seq.pop(run_id, None)
         self.aborted.pop(run_id, None)
 
 

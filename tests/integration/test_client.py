@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
+from detectors.config import load_config
+from detectors.engine import replay
+from detectors.wire import ToolCall, decode_event
 from streams.client import FAIL_CLOSED, FAIL_OPEN, GatewayClient, partition_for
-from tests.integration.harness import fresh_worker
+from tests.integration.harness import consume, fresh_worker
 
 pytestmark = pytest.mark.integration
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}}
@@ -90,3 +94,55 @@ def test_privacy_mode_and_raw_mode_decide_alike(bootstrap, tmp_path, workers):
                         for d in ds]
     assert facts(private) == facts(raw)
     assert [d.action for d in raw][-1] == "block"
+
+
+def test_a_gateway_restarted_mid_run_gets_every_call_its_own_decision(bootstrap, tmp_path, workers):
+    """A gateway restarts mid-run: a new client, same gateway_id and run_id, while the
+    worker still holds the run. Its events continue above the old ones' seqs, so none is
+    taken for a duplicate (answered with another call's decision, or dead-lettered as a
+    stale seq and timed out): every check is answered for that very call, as an offline
+    replay of the events as sent decides."""
+    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG)
+    run = "restarted-run"
+    failed = {"details": {"status": "failed", "exitCode": 2, "aggregated": "no rule"}}
+
+    async def session(plan: list[tuple[str, dict, str]]):
+        async with GatewayClient(settings=s, gateway_id="gw-restart", timeout_s=15) as c:
+            out = []
+            for tool, params, call_id in plan:
+                d = await c.check(run, tool, params, tool_call_id=call_id)
+                out.append(d)
+                if d.action != "block":
+                    await c.result(run, tool, params, tool_call_id=call_id, result=failed)
+            return c, out
+
+    make = ("exec", {"command": "make"})
+    first_plan = [(*make, f"call-{i}") for i in range(3)]
+    second_plan = [("read", {"path": "Makefile"}, "call-3"), *[(*make, f"call-{i}") for i in range(4, 8)]]
+    first, before = asyncio.run(session(first_plan))
+    second, after = asyncio.run(session(second_plan))
+
+    decisions = before + after
+    plan = first_plan + second_plan
+    assert first.degraded == second.degraded == 0 and not any(d.degraded for d in decisions)
+    assert [(d.run_id, d.gateway_id, d.tool_name, d.tool_call_id) for d in decisions] == \
+        [(run, "gw-restart", tool, call_id) for tool, _, call_id in plan]
+    # The run went on across the restart: make after read after make is a ping-pong, the
+    # 4th failing make a repeat, the 5th is blocked.
+    assert [(d.action, d.detector, d.count) for d in decisions] == [("allow", None, None)] * 4 + [
+        ("warn", "ping_pong", 3), ("warn", "generic_repeat", 4), ("block", "generic_repeat", 5),
+        ("block", "generic_repeat", 5)]
+
+    # The events as sent (one run: one partition, in order), with the seqs the clients used.
+    want = len(decisions) + sum(d.action != "block" for d in decisions)
+    msgs = sorted(consume(bootstrap, s.events_topic, want, timeout=30, settle=0.5), key=lambda m: m.offset)
+    events = [decode_event(m.value) for m in msgs]
+    assert len(events) == want
+    seqs = [ev.seq for ev in events]
+    assert seqs == sorted(set(seqs)), "seqs must increase strictly within the run, across the restart"
+    assert min(d.seq for d in after) > max(seqs[:len(before) * 2])
+    sent_calls = [ev for ev in events if isinstance(ev, ToolCall)]
+    for d, ev in zip(decisions, sent_calls, strict=True):
+        assert (d.seq, d.event_id, d.tool_name, d.tool_call_id, d.args_hash) == \
+            (ev.seq, f"{run}:{ev.seq}", ev.tool_name, ev.tool_call_id, ev.args_hash)
+    assert replay(events, load_config(json.dumps(CONFIG))) == decisions

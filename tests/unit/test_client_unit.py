@@ -1,0 +1,167 @@
+"""The gateway client without a broker: how it numbers events (a restarted gateway
+continues above what it sent before). A fake producer stands in for Kafka and answers
+like a worker would (the engine's `apply`); the real broker and worker are in
+tests/integration/test_client.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from detectors.config import load_config
+from detectors.engine import apply
+from detectors.errors import LoopwardenError, StaleSeqError
+from detectors.wire import MAX_SAFE_INTEGER, ToolCall, decode_event, encode
+from streams import client as client_mod
+from streams.client import GatewayClient
+
+CONFIG = load_config(json.dumps({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3,
+                                                              "criticalThreshold": 5}}}))
+
+
+class FakeWorker:
+    """Run states and the events it got, shared by the clients of one test (as a worker's are)."""
+
+    def __init__(self) -> None:
+        self.states: dict = {}
+        self.events: list = []
+        self.stale = 0
+
+
+class FakeProducer:
+    """Takes the client's events and answers each tool_call as a worker would, on the loop."""
+
+    def __init__(self, client: GatewayClient, worker: FakeWorker) -> None:
+        self.client = client
+        self.worker = worker
+        self.sent: list[tuple[str, bytes, bytes]] = []
+
+    async def send(self, topic: str, key: bytes, value: bytes):
+        self.sent.append((topic, key, value))
+        ev = decode_event(value)
+        self.worker.events.append(ev)
+        try:
+            state, decisions = apply(self.worker.states.get(ev.run_id), ev, CONFIG)
+        except StaleSeqError:
+            self.worker.stale += 1  # dead-lettered: no answer
+            return
+        if state is None:
+            self.worker.states.pop(ev.run_id, None)
+        else:
+            self.worker.states[ev.run_id] = state
+        loop = asyncio.get_running_loop()
+        for d in decisions:
+            loop.call_soon(self.client._deliver, encode(d))
+
+
+def offline(gateway_id: str, worker: FakeWorker, **kw) -> GatewayClient:
+    c = GatewayClient("127.0.0.1:1", gateway_id=gateway_id, timeout_s=kw.pop("timeout_s", 1.0), **kw)
+    c._producer = FakeProducer(c, worker)  # type: ignore[assignment]
+    return c
+
+
+async def calls(c: GatewayClient, run: str, n: int, start: int = 0) -> list:
+    out = []
+    for i in range(start, start + n):
+        d = await c.check(run, "exec", {"command": "make"}, tool_call_id=f"call-{i}")
+        out.append(d)
+        if d.action != "block":
+            await c.result(run, "exec", {"command": "make"}, tool_call_id=f"call-{i}",
+                           result={"details": {"status": "failed", "exitCode": 2}})
+    return out
+
+
+# --- seq -------------------------------------------------------------------------------
+
+
+def test_seq_is_the_clock_in_microseconds_and_strictly_increasing_across_runs(monkeypatch):
+    now = [1_700_000_000_000_000]
+    monkeypatch.setattr(client_mod, "_now_us", lambda: now[0])
+    c = GatewayClient("127.0.0.1:1", gateway_id="gw")
+    assert c._next_seq() == now[0]
+    assert [c._next_seq() for _ in range(3)] == [now[0] + 1, now[0] + 2, now[0] + 3]  # faster than the clock
+    now[0] += 1000
+    assert c._next_seq() == now[0]  # back on the clock
+    now[0] -= 10_000  # the clock steps back: still above what this client issued
+    assert c._next_seq() == now[0] + 10_000 + 1
+
+
+def test_the_real_clock_gives_seqs_within_the_wire_limit():
+    c = GatewayClient("127.0.0.1:1", gateway_id="gw")
+    a, b = c._next_seq(), c._next_seq()
+    assert 1_600_000_000_000_000 < a < b <= MAX_SAFE_INTEGER
+
+
+def test_a_clock_past_the_limit_is_refused_not_sent(monkeypatch):
+    monkeypatch.setattr(client_mod, "_now_us", lambda: MAX_SAFE_INTEGER + 1)
+    with pytest.raises(LoopwardenError, match="2\\^53"):
+        GatewayClient("127.0.0.1:1", gateway_id="gw")._next_seq()
+
+
+def test_a_restarted_gateway_continues_its_run_and_every_check_gets_its_own_decision():
+    worker = FakeWorker()
+
+    async def main():
+        first = offline("gw-1", worker)
+        before = await calls(first, "run-1", 3)
+        second = offline("gw-1", worker)  # the gateway restarted: a new client, same ids
+        after = await calls(second, "run-1", 4, start=3)
+        return first, second, before, after
+
+    first, second, before, after = asyncio.run(main())
+    assert worker.stale == 0 and first.degraded == second.degraded == 0
+    # The run went on where it was: 3 calls allowed, the 4th repeat warns, the 6th blocks.
+    assert [d.action for d in before + after] == ["allow", "allow", "allow", "warn", "allow", "block", "block"]
+    seqs = [ev.seq for ev in worker.events]
+    assert seqs == sorted(set(seqs))  # strictly increasing over both clients
+    calls_sent = [ev for ev in worker.events if isinstance(ev, ToolCall)]
+    for d, ev in zip(before + after, calls_sent, strict=True):
+        assert (d.seq, d.event_id, d.tool_call_id) == (ev.seq, f"run-1:{ev.seq}", ev.tool_call_id)
+
+
+def test_a_run_id_used_again_after_end_run_is_answered_not_taken_for_a_duplicate(monkeypatch):
+    # With one clock reading for everything, the counter alone keeps seqs (and event ids) apart.
+    monkeypatch.setattr(client_mod, "_now_us", lambda: 1_700_000_000_000_000)
+    worker = FakeWorker()
+
+    async def main():
+        c = offline("gw-1", worker)
+        a = await c.check("run-x", "read", {"p": 1})
+        await c.end_run("run-x")
+        b = await c.check("run-x", "read", {"p": 1})
+        return c, a, b
+
+    c, a, b = asyncio.run(main())
+    assert not a.degraded and not b.degraded and c.duplicates == 0
+    assert a.event_id != b.event_id and b.seq > a.seq
+
+
+def test_check_resolves_by_run_and_seq_and_forgets_what_it_waited_for():
+    worker = FakeWorker()
+
+    async def main():
+        c = offline("gw-1", worker)
+        ds = await asyncio.gather(*(c.check(f"run-{i % 3}", "read", {"p": i}, tool_call_id=str(i)) for i in range(9)))
+        return c, ds
+
+    c, ds = asyncio.run(main())
+    assert [d.tool_call_id for d in ds] == [str(i) for i in range(9)]
+    assert [d.run_id for d in ds] == [f"run-{i % 3}" for i in range(9)]
+    assert not any(d.degraded for d in ds) and c._waiting == {}
+
+
+def test_a_timeout_forgets_the_future_and_answers_by_the_policy():
+    class Silent(FakeProducer):
+        async def send(self, topic, key, value):
+            self.sent.append((topic, key, value))
+
+    async def main():
+        c = GatewayClient("127.0.0.1:1", gateway_id="gw", timeout_s=0.05, policy="fail-closed")
+        c._producer = Silent(c, FakeWorker())  # type: ignore[assignment]
+        return c, await c.check("r", "read", {"p": 1})
+
+    c, d = asyncio.run(main())
+    assert d.degraded and d.action == "block" and c._waiting == {} and c.degraded == 1
+    assert d.event_id == f"r:{d.seq}" and d.seq == decode_event(c._producer.sent[0][2]).seq
