@@ -30,6 +30,9 @@ the clock catches up: their tool_calls are dead-lettered as `stale_seq` and answ
 the timeout policy (degraded decisions), their results are ignored; a call is given
 another call's decision only if its seq equals an earlier one to the microsecond. The
 clock in µs reaches the 2^53 - 1 limit in the year 2255.
+
+A broker that cannot be reached, refuses the login or presents a certificate the CA does
+not vouch for is a `BrokerError` that says which.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from dataclasses import replace
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import KafkaError
 from msgspec import UNSET
 
 from detectors.errors import LoopwardenError
@@ -50,6 +53,7 @@ from detectors.wire import (
     encode,
 )
 
+from .errors import SettingsError, broker_error, connect_errors
 from .publisher import partition_for as partition_bytes
 from .settings import Settings, build
 
@@ -107,17 +111,32 @@ class GatewayClient:
 
     async def __aenter__(self) -> "GatewayClient":
         s = self.settings
-        kw = s.kafka_kwargs()
-        self._producer = AIOKafkaProducer(acks="all", enable_idempotence=True, linger_ms=0, **kw)
-        self._consumer = AIOKafkaConsumer(enable_auto_commit=False, auto_offset_reset="latest",
-                                          fetch_max_wait_ms=100, **kw)
+        if "SASL" in s.security_protocol and (s.sasl_username is None or s.sasl_password is None):
+            raise SettingsError(f"security protocol {s.security_protocol} needs sasl_username and sasl_password")
         try:
-            await self._producer.start()
-            await self._consumer.start()
-            await self._subscribe()
-        except KafkaConnectionError as exc:
-            await self.__aexit__()
-            raise LoopwardenError(f"cannot reach Kafka at {s.bootstrap}: {exc}") from None
+            kw = s.kafka_kwargs()
+        except OSError as exc:  # ssl.SSLError is one too: an unreadable or malformed CA file
+            raise SettingsError(f"cannot load the TLS files (ssl_cafile {s.ssl_cafile}): {exc}") from None
+        try:
+            self._producer = AIOKafkaProducer(acks="all", enable_idempotence=True, linger_ms=0, **kw)
+            self._consumer = AIOKafkaConsumer(enable_auto_commit=False, auto_offset_reset="latest",
+                                              fetch_max_wait_ms=100, **kw)
+        except ValueError as exc:  # aiokafka's check of the protocol and SASL mechanism
+            self._producer = self._consumer = None
+            raise SettingsError(f"cannot connect with these settings: {exc}") from None
+        try:
+            # aiokafka logs why each connection attempt failed and raises only "Unable to
+            # bootstrap"; connect_errors collects what it logged so the cause can be named.
+            with connect_errors() as seen:
+                try:
+                    await self._producer.start()
+                    await self._consumer.start()
+                except KafkaError as exc:
+                    raise broker_error(exc, s, seen) from None
+            try:
+                await self._subscribe()
+            except KafkaError as exc:
+                raise broker_error(exc, s) from None
         except BaseException:
             await self.__aexit__()
             raise

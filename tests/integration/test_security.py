@@ -16,6 +16,7 @@ import pytest
 from streams import localkafka
 from streams import settings as settings_mod
 from streams.client import GatewayClient
+from streams.errors import BrokerError
 from tests.integration.harness import ROOT, WorkerProcess, consume, new_prefix
 
 pytestmark = pytest.mark.integration
@@ -119,3 +120,36 @@ def test_a_certificate_from_another_ca_fails_the_tls_handshake(secure, tmp_path)
     assert p.returncode == 1 and took < 15
     assert f"Error: TLS handshake with {broker.sasl_ssl} failed: certificate verify failed" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_a_gateway_client_names_a_refused_login_and_a_foreign_ca(secure, tmp_path):
+    """GatewayClient says why it cannot connect, as `topics create` does, not "Unable to bootstrap"."""
+    broker, ca = secure
+    other, _ = localkafka.make_ca(tmp_path / "other-ca", name="some other CA")
+    wrong = "not-the-" + PASSWORD
+
+    def enter(password: str, cafile) -> tuple[BaseException, float]:
+        s = settings_mod.build({"bootstrap": broker.sasl_ssl, "topic_prefix": new_prefix(),
+                                "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-256",
+                                "sasl_username": "alice", "sasl_password": password, "ssl_cafile": str(cafile)},
+                               env={})
+
+        async def main():
+            async with GatewayClient(settings=s, gateway_id="gw-secure", timeout_s=5):
+                pass
+
+        t = time.monotonic()
+        with pytest.raises(BrokerError) as e:
+            asyncio.run(main())
+        return e.value, time.monotonic() - t
+
+    refused, took = enter(wrong, ca)
+    assert took < 15
+    assert str(refused).startswith(f"authentication failed for user 'alice' at {broker.sasl_ssl} "
+                                   "(SASL mechanism SCRAM-SHA-256)"), str(refused)
+    assert "Unable to bootstrap" not in str(refused) and wrong not in str(refused) and PASSWORD not in str(refused)
+
+    unverified, took = enter(PASSWORD, other)
+    assert took < 15
+    assert str(unverified).startswith(f"TLS handshake with {broker.sasl_ssl} failed: certificate verify failed"), \
+        str(unverified)

@@ -1,7 +1,7 @@
 """The gateway client without a broker: how it numbers events (a restarted gateway
-continues above what it sent before). A fake producer stands in for Kafka and answers
-like a worker would (the engine's `apply`); the real broker and worker are in
-tests/integration/test_client.py."""
+continues above what it sent before) and connection settings it refuses. A fake producer
+stands in for Kafka and answers like a worker would (the engine's `apply`); the real
+broker and worker are in tests/integration/test_client.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ from detectors.engine import apply
 from detectors.errors import LoopwardenError, StaleSeqError
 from detectors.wire import MAX_SAFE_INTEGER, ToolCall, decode_event, encode
 from streams import client as client_mod
+from streams import settings as settings_mod
 from streams.client import GatewayClient
+from streams.errors import BrokerError, SettingsError
+from streams.localkafka import free_port
 
 CONFIG = load_config(json.dumps({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3,
                                                               "criticalThreshold": 5}}}))
@@ -165,3 +168,29 @@ def test_a_timeout_forgets_the_future_and_answers_by_the_policy():
     c, d = asyncio.run(main())
     assert d.degraded and d.action == "block" and c._waiting == {} and c.degraded == 1
     assert d.event_id == f"r:{d.seq}" and d.seq == decode_event(c._producer.sent[0][2]).seq
+
+
+# --- connecting ---------------------------------------------------------------------------
+
+
+def test_an_unreachable_broker_is_a_broker_error_naming_the_address():
+    addr = f"127.0.0.1:{free_port()}"
+
+    async def main():
+        async with GatewayClient(addr, gateway_id="gw"):
+            pass
+
+    with pytest.raises(BrokerError, match=f"cannot reach Kafka at {addr}"):
+        asyncio.run(main())
+
+
+def test_sasl_without_credentials_or_an_unreadable_ca_is_a_settings_error(tmp_path):
+    async def enter(**flags):
+        s = settings_mod.build({"bootstrap": "127.0.0.1:1", **flags}, env={})
+        async with GatewayClient(settings=s, gateway_id="gw"):
+            pass
+
+    with pytest.raises(SettingsError, match="needs sasl_username and sasl_password"):
+        asyncio.run(enter(security_protocol="SASL_PLAINTEXT"))
+    with pytest.raises(SettingsError, match="cannot load the TLS files"):
+        asyncio.run(enter(security_protocol="SSL", ssl_cafile=str(tmp_path / "missing.pem")))
