@@ -31,8 +31,9 @@ the timeout policy (degraded decisions), their results are ignored; a call is gi
 another call's decision only if its seq equals an earlier one to the microsecond. The
 clock in µs reaches the 2^53 - 1 limit in the year 2255.
 
-A broker that cannot be reached, refuses the login or presents a certificate the CA does
-not vouch for is a `BrokerError` that says which.
+Errors name their cause: an event too large to send is an `EventTooLarge` raised before
+anything is produced, and a broker that cannot be reached, refuses the login or presents
+a certificate the CA does not vouch for is a `BrokerError` that says which.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from msgspec import UNSET
 
 from detectors.errors import LoopwardenError
@@ -59,6 +61,20 @@ from .settings import Settings, build
 
 FAIL_OPEN = "fail-open"
 FAIL_CLOSED = "fail-closed"
+MAX_REQUEST_SIZE = 1 << 20  # the producer's max_request_size (aiokafka's and Kafka's default)
+
+
+class EventTooLarge(LoopwardenError):
+    """An event too large to publish: larger than the worker's max event size (it would be
+    dead-lettered as oversize) or than one produce request may carry. Raised before
+    anything is produced; `run_id`, `tool_name`, `size` and `limit` (bytes) say which."""
+
+    def __init__(self, message: str, *, run_id: str, tool_name: str | None, size: int, limit: int) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.tool_name = tool_name
+        self.size = size
+        self.limit = limit
 
 
 def _now_us() -> int:
@@ -84,11 +100,14 @@ class GatewayClient:
         policy: str = FAIL_OPEN,
         privacy: bool = True,
         agent_id: str | None = None,
+        max_request_size: int = MAX_REQUEST_SIZE,
     ) -> None:
         if policy not in (FAIL_OPEN, FAIL_CLOSED):
             raise LoopwardenError(f"policy must be {FAIL_OPEN!r} or {FAIL_CLOSED!r}, got {policy!r}")
         if not gateway_id:
             raise LoopwardenError("gateway_id must not be empty")
+        if max_request_size < 1:
+            raise LoopwardenError(f"max_request_size must be positive, got {max_request_size}")
         self.settings = settings or build({"bootstrap": bootstrap})
         if bootstrap and settings:
             self.settings = replace(settings, bootstrap=bootstrap)
@@ -97,6 +116,7 @@ class GatewayClient:
         self.policy = policy
         self.privacy = privacy
         self.agent_id = agent_id
+        self.max_request_size = max_request_size
         self._last_seq = -1  # the last seq issued, for any run (see the module docstring)
         self._waiting: dict[tuple[str, int], asyncio.Future] = {}
         self._seen: dict[str, None] = {}
@@ -118,7 +138,8 @@ class GatewayClient:
         except OSError as exc:  # ssl.SSLError is one too: an unreadable or malformed CA file
             raise SettingsError(f"cannot load the TLS files (ssl_cafile {s.ssl_cafile}): {exc}") from None
         try:
-            self._producer = AIOKafkaProducer(acks="all", enable_idempotence=True, linger_ms=0, **kw)
+            self._producer = AIOKafkaProducer(acks="all", enable_idempotence=True, linger_ms=0,
+                                              max_request_size=self.max_request_size, **kw)
             self._consumer = AIOKafkaConsumer(enable_auto_commit=False, auto_offset_reset="latest",
                                               fetch_max_wait_ms=100, **kw)
         except ValueError as exc:  # aiokafka's check of the protocol and SASL mechanism
@@ -218,23 +239,49 @@ class GatewayClient:
         self._last_seq = seq
         return seq
 
-    async def _send(self, ev: Any) -> None:
-        assert self._producer is not None, "use GatewayClient as `async with`"
+    def _encode(self, ev: Any) -> tuple[bytes, bytes]:
+        """The event's key and value as they will be produced. Raises EventTooLarge when
+        the value is larger than the worker's max event size or the record larger than
+        one produce request may be, before anything is sent."""
         if self.privacy:
             ev = fingerprint(ev)
-        await self._producer.send(self.settings.events_topic, key=ev.run_id.encode(), value=encode(ev))
+        key = ev.run_id.encode()
+        value = encode(ev)
+        size = len(value)
+        record = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, [])  # what aiokafka checks
+        fits = self.max_request_size - (record - size)  # the largest value a request can take with this key
+        worker = self.settings.max_event_bytes
+        if size > worker or size > fits:
+            if size > worker:
+                limit, why = worker, "the worker's max event size (max_event_bytes), above which it dead-letters events"
+            else:
+                limit, why = fits, (f"what one produce request (max_request_size {self.max_request_size} bytes) can "
+                                    "carry beside the key and record headers")
+            tool = getattr(ev, "tool_name", None)
+            what = f"{ev.__struct_config__.tag} event of run {ev.run_id!r}" + (f" for tool {tool!r}" if tool else "")
+            hint = ("; turn privacy mode on (privacy=True) to send hashes instead of the raw params and results"
+                    if not self.privacy else "; its ids are too long even in privacy mode")
+            raise EventTooLarge(f"{what} is {size} bytes encoded, over the limit of {limit} bytes: {why}; "
+                                f"nothing was sent{hint}", run_id=ev.run_id, tool_name=tool, size=size, limit=limit)
+        return key, value
+
+    async def _send(self, key: bytes, value: bytes) -> None:
+        assert self._producer is not None, "use GatewayClient as `async with`"
+        await self._producer.send(self.settings.events_topic, key=key, value=value)
 
     async def check(self, run_id: str, tool_name: str, params: Any = UNSET, tool_call_id: str | None = None,
                     agent_id: str | None = None) -> Decision:
-        """Publish a tool_call and wait for its decision (or apply the timeout policy)."""
+        """Publish a tool_call and wait for its decision (or apply the timeout policy).
+        Raises EventTooLarge, before sending, for params too large to send."""
         seq = self._next_seq()
         ev = ToolCall(run_id=run_id, seq=seq, gateway_id=self.gateway_id, agent_id=agent_id or self.agent_id,
                       ts=int(time.time() * 1000), tool_name=tool_name, tool_call_id=tool_call_id,
                       params=_wire(params))
+        key, value = self._encode(ev)
         fut = asyncio.get_running_loop().create_future()
         self._waiting[(run_id, seq)] = fut
         try:
-            await self._send(ev)
+            await self._send(key, value)
             return await asyncio.wait_for(fut, self.timeout_s)
         except asyncio.TimeoutError:
             self.degraded += 1
@@ -255,19 +302,22 @@ class GatewayClient:
 
     async def result(self, run_id: str, tool_name: str, params: Any = UNSET, *, result: Any = UNSET,
                      error: Any = UNSET, tool_call_id: str | None = None, agent_id: str | None = None) -> None:
-        """Publish a tool's outcome. A result that aborts the run shows in `aborted[run_id]`."""
+        """Publish a tool's outcome. A result that aborts the run shows in `aborted[run_id]`.
+        Raises EventTooLarge, before sending, for a result too large to send."""
         ev = ToolResult(run_id=run_id, seq=self._next_seq(), gateway_id=self.gateway_id,
                         agent_id=agent_id or self.agent_id, ts=int(time.time() * 1000), tool_name=tool_name,
                         tool_call_id=tool_call_id, params=_wire(params), result=_wire(result), error=_wire(error))
-        await self._send(ev)
+        await self._send(*self._encode(ev))
 
     async def compaction_retry(self, run_id: str) -> None:
-        await self._send(CompactionRetry(run_id=run_id, seq=self._next_seq(), gateway_id=self.gateway_id,
-                                         agent_id=self.agent_id, ts=int(time.time() * 1000)))
+        ev = CompactionRetry(run_id=run_id, seq=self._next_seq(), gateway_id=self.gateway_id,
+                             agent_id=self.agent_id, ts=int(time.time() * 1000))
+        await self._send(*self._encode(ev))
 
     async def end_run(self, run_id: str) -> None:
-        await self._send(RunEnd(run_id=run_id, seq=self._next_seq(), gateway_id=self.gateway_id,
-                                agent_id=self.agent_id, ts=int(time.time() * 1000)))
+        ev = RunEnd(run_id=run_id, seq=self._next_seq(), gateway_id=self.gateway_id, agent_id=self.agent_id,
+                    ts=int(time.time() * 1000))
+        await self._send(*self._encode(ev))
         self.aborted.pop(run_id, None)
 
 
@@ -279,4 +329,4 @@ def _wire(value: Any) -> Any:
     return decode_value(encode(value))
 
 
-__all__ = ["FAIL_CLOSED", "FAIL_OPEN", "GatewayClient", "partition_for"]
+__all__ = ["FAIL_CLOSED", "FAIL_OPEN", "MAX_REQUEST_SIZE", "EventTooLarge", "GatewayClient", "partition_for"]

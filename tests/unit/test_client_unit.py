@@ -1,7 +1,7 @@
 """The gateway client without a broker: how it numbers events (a restarted gateway
-continues above what it sent before) and connection settings it refuses. A fake producer
-stands in for Kafka and answers like a worker would (the engine's `apply`); the real
-broker and worker are in tests/integration/test_client.py."""
+continues above what it sent before), events too large to send, and connection settings
+it refuses. A fake producer stands in for Kafka and answers like a worker would (the
+engine's `apply`); the real broker and worker are in tests/integration/test_client.py."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import asyncio
 import json
 
 import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import MessageSizeTooLargeError
 
 from detectors.config import load_config
 from detectors.engine import apply
@@ -16,12 +18,13 @@ from detectors.errors import LoopwardenError, StaleSeqError
 from detectors.wire import MAX_SAFE_INTEGER, ToolCall, decode_event, encode
 from streams import client as client_mod
 from streams import settings as settings_mod
-from streams.client import GatewayClient
+from streams.client import MAX_REQUEST_SIZE, EventTooLarge, GatewayClient
 from streams.errors import BrokerError, SettingsError
 from streams.localkafka import free_port
 
 CONFIG = load_config(json.dumps({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3,
                                                               "criticalThreshold": 5}}}))
+MiB = 1 << 20
 
 
 class FakeWorker:
@@ -168,6 +171,82 @@ def test_a_timeout_forgets_the_future_and_answers_by_the_policy():
     c, d = asyncio.run(main())
     assert d.degraded and d.action == "block" and c._waiting == {} and c.degraded == 1
     assert d.event_id == f"r:{d.seq}" and d.seq == decode_event(c._producer.sent[0][2]).seq
+
+
+# --- events too large -------------------------------------------------------------------
+
+
+def test_params_too_large_raise_event_too_large_before_anything_is_sent():
+    worker = FakeWorker()
+
+    async def main():
+        c = offline("gw-1", worker, privacy=False)
+        with pytest.raises(EventTooLarge) as call:
+            await c.check("run-big", "write_file", {"content": "x" * (2 * MiB)})
+        with pytest.raises(EventTooLarge) as res:
+            await c.result("run-big", "read_file", {"path": "a"}, result={"content": "y" * (3 * MiB)})
+        return c, call.value, res.value
+
+    c, call, res = asyncio.run(main())
+    assert c._producer.sent == [] and c._waiting == {}
+    for e, tool in ((call, "write_file"), (res, "read_file")):
+        msg = str(e)
+        assert isinstance(e, LoopwardenError)
+        assert "'run-big'" in msg and f"'{tool}'" in msg and str(e.size) in msg and str(MiB) in msg, msg
+        assert "privacy" in msg and "nothing was sent" in msg, msg
+        assert e.size > 2 * MiB and e.limit == MiB and (e.run_id, e.tool_name) == ("run-big", tool)
+
+
+def test_privacy_mode_sends_the_same_call_as_hashes():
+    worker = FakeWorker()
+
+    async def main():
+        c = offline("gw-1", worker, privacy=True)
+        return c, await c.check("run-big", "write_file", {"content": "x" * (2 * MiB)})
+
+    c, d = asyncio.run(main())
+    assert not d.degraded and len(c._producer.sent[0][2]) < 1000
+
+
+def test_the_limit_is_what_one_produce_request_can_carry_and_aiokafka_agrees():
+    """Under the worker's 1 MiB, the record headers and the key still have to fit in one
+    request: the largest event the client lets through passes aiokafka's own check, one
+    byte more is EventTooLarge naming max_request_size."""
+
+    def tool_call(params_len: int) -> ToolCall:
+        return ToolCall(run_id="run-edge", seq=1, gateway_id="gw", tool_name="t", params="x" * params_len)
+
+    c = GatewayClient("127.0.0.1:1", gateway_id="gw", privacy=False)
+    base = len(encode(tool_call(0)))
+    lo, hi = 0, MiB  # the largest params length that passes
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        try:
+            c._encode(tool_call(mid))
+            lo = mid
+        except EventTooLarge:
+            hi = mid - 1
+    key, value = c._encode(tool_call(lo))
+    assert MiB - 200 < len(value) < MiB and len(value) == base + lo
+    with pytest.raises(EventTooLarge, match=f"max_request_size {MAX_REQUEST_SIZE}") as over:
+        c._encode(tool_call(lo + 1))
+    assert over.value.limit == len(value)
+
+    async def aiokafka_check():
+        p = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", max_request_size=MAX_REQUEST_SIZE)
+        p._serialize(key, value, [])  # what the producer checks in send()
+        with pytest.raises(MessageSizeTooLargeError):
+            p._serialize(key, encode(tool_call(lo + 1)), [])
+
+    asyncio.run(aiokafka_check())
+
+
+def test_the_worker_limit_applies_when_it_is_the_smaller():
+    s = settings_mod.build({"bootstrap": "127.0.0.1:1", "max_event_bytes": 1000}, env={})
+    c = GatewayClient(settings=s, gateway_id="gw", privacy=False)
+    with pytest.raises(EventTooLarge, match="max_event_bytes") as e:
+        c._encode(ToolCall(run_id="r", seq=1, gateway_id="gw", tool_name="t", params="x" * 1000))
+    assert e.value.limit == 1000
 
 
 # --- connecting ---------------------------------------------------------------------------
