@@ -62,12 +62,14 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
         datadir=settings.data_dir,
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication,
-        table_standby_replicas=0,
+        table_standby_replicas=settings.standby_replicas,
         consumer_auto_offset_reset="earliest",
         producer_linger=settings.producer_linger_ms / 1000.0,  # Faust's own producer (offsets, internals)
         producer_acks=-1,
         broker_session_timeout=settings.session_timeout_s,
-        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
+        # Heartbeats every second: the live members learn of a rebalance (a dead member's
+        # session expired) within a second, not a third of the session.
+        broker_heartbeat_interval=min(1.0, settings.session_timeout_s / 3),
         web_enabled=True,
         web_bind=settings.web_host,
         web_host=settings.web_host,
@@ -176,7 +178,12 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
     @app.page("/health")
     async def health(web, request):
         st = status()
-        return web.json({"status": st, "app": settings.app_id}, status=200 if st == "ok" else 503)
+        try:
+            assigned = sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == settings.events_topic)
+        except Exception:  # the consumer is not started yet
+            assigned = []
+        return web.json({"status": st, "app": settings.app_id, "partitions": assigned},
+                        status=200 if st == "ok" else 503)
 
     return app
 

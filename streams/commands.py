@@ -152,7 +152,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "state writes go out in explicit batches")
     w.add_argument("--log-level", help="debug, info, warning (default), error")
     w.add_argument("--session-timeout-s", type=float,
-                   help="consumer session timeout: how soon a dead worker's partitions move (default 30)")
+                   help="consumer session timeout: how soon a dead worker's partitions move (default 6, the "
+                   "broker's default minimum; heartbeats go every second)")
+    w.add_argument("--standby-replicas", type=int,
+                   help="keep warm copies of this many other workers' run states (Faust standby tables), so a "
+                   "failover does not read the dead worker's changelog from its start (default 0)")
     w.add_argument("--stop-timeout-s", type=float,
                    help="a worker asked to stop (SIGTERM, SIGINT) or that crashed exits within this many seconds, "
                    "forcibly if its graceful stop has not finished (exit 143, 130, or 1 after a crash; default 25)")

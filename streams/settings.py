@@ -32,7 +32,10 @@ class Settings:
     web_port: int = 6066
     data_dir: str = ".loopwarden-data"
     log_level: str = "warning"
-    session_timeout_s: float = 30.0  # how soon a dead worker's partitions move to the others
+    # How soon a dead worker's partitions move to the others: the broker's default floor
+    # (group.min.session.timeout.ms), heartbeats every second (benchmarks/failover.py).
+    session_timeout_s: float = 6.0
+    standby_replicas: int = 0  # warm copies of other workers' run states, for a faster failover
     stop_timeout_s: float = 25.0  # a stopping or crashed worker's process ends within this
     state_sweep_interval_s: float = 60.0  # how often idle runs are looked for in the table
     # Kafka security, passed through to Faust and aiokafka.
