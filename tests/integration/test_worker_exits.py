@@ -64,12 +64,18 @@ def watch_until_exit(w: WorkerProcess, offset: int, timeout: float) -> tuple[flo
     return time.monotonic() - t0, after_crash
 
 
-def test_a_worker_whose_output_cannot_be_published_exits_every_time(bootstrap, tmp_path, workers):
+def doomed_worker(bootstrap: str, tmp_path, workers: list) -> tuple:
+    """A worker (not started) whose decisions topic takes no decision: (settings, worker)."""
     prefix = new_prefix()
     s = setup_topics(bootstrap, prefix, partitions=2)
     unwritable(bootstrap, s.decisions_topic)
     w = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path, partitions=2, extra=("--stop-timeout-s", "20"))
     workers.append(w)
+    return s, w
+
+
+def test_a_worker_whose_output_cannot_be_published_exits_every_time(bootstrap, tmp_path, workers):
+    s, w = doomed_worker(bootstrap, tmp_path, workers)
     took, codes, seen = [], [], []
     for i in range(20):
         # From the second start on, the unacknowledged events of the last one are
@@ -132,12 +138,7 @@ def test_sigterm_stops_a_rebalancing_worker(bootstrap, tmp_path, workers):
 
 
 def test_sigterm_stops_a_crashed_worker(bootstrap, tmp_path, workers):
-    prefix = new_prefix()
-    s = setup_topics(bootstrap, prefix, partitions=2)
-    unwritable(bootstrap, s.decisions_topic)
-    # A long bound, so that the SIGTERM, not the crash's own deadline, ends it.
-    w = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path, partitions=2, extra=("--stop-timeout-s", "20"))
-    workers.append(w)
+    s, w = doomed_worker(bootstrap, tmp_path, workers)
     w.start()
     produce(bootstrap, s.events_topic, event_records(calls("r", 20)))
     deadline = time.monotonic() + 30
