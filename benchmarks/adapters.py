@@ -1,0 +1,155 @@
+"""What the framework adapters add over a bare `GatewayClient.check`, per tool call.
+
+One broker (its own unless --bootstrap), one worker, one client. Three series of the same
+varied calls (runs of 20, none of them a loop): a bare `check`; LangChain's
+`LoopwardenMiddleware.awrap_tool_call` around a tool that returns at once; the OpenAI
+Agents SDK's input and output guardrails around the same. The adapters' own cost is the
+time of their hooks minus the time spent inside `check` (timed by a wrapper around it,
+call by call), so the network round trip, which dominates, drops out instead of adding
+its noise; it includes building the `tool_result` and handing it to the producer. Prints
+one JSON line: milliseconds per call, median and p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+
+from agents import Agent
+from agents.tool_context import ToolContext
+from agents.tool_guardrails import ToolInputGuardrailData, ToolOutputGuardrailData
+from langchain_core.messages import ToolMessage
+from langgraph.prebuilt.tool_node import ToolCallRequest
+
+from benchmarks.kafka import end, start_worker
+from streams import localkafka
+from streams import settings as settings_mod
+from streams.client import GatewayClient
+from streams.commands import create_topics
+from streams.frameworks.langchain import RUN_KEY, LoopwardenMiddleware
+from streams.frameworks.openai_agents import LoopwardenGuard
+
+RUN_LEN = 20
+
+
+def args_of(i: int) -> dict:
+    return {"path": f"src/module_{i % 97}/file_{i}.py", "limit": i % 200}
+
+
+def stats(xs: list[float]) -> dict:
+    ys = sorted(x * 1000 for x in xs)
+    return {"median": round(median(ys), 4), "p99": round(ys[min(len(ys) - 1, int(len(ys) * 0.99))], 4)}
+
+
+async def measure(client: GatewayClient, calls: int) -> dict:
+    inside: list[float] = []
+    bare = client.check
+
+    async def timed(*a, **kw):
+        t = time.perf_counter()
+        try:
+            return await bare(*a, **kw)
+        finally:
+            inside.append(time.perf_counter() - t)
+
+    out: dict = {}
+    # bare check
+    lat = []
+    for i in range(calls):
+        run = f"bare-{i // RUN_LEN}"
+        t = time.perf_counter()
+        d = await bare(run, "read_file", args_of(i), tool_call_id=f"c{i}")
+        lat.append(time.perf_counter() - t)
+        assert not d.degraded
+        if i % RUN_LEN == RUN_LEN - 1:
+            await client.end_run(run)
+    out["bare_check_ms"] = stats(lat)
+
+    client.check = timed  # the adapters call client.check: time what happens inside it
+    try:
+        # LangChain
+        mw = LoopwardenMiddleware(client)
+
+        async def handler(req):
+            return ToolMessage(content=f"contents of {req.tool_call['args']['path']}", tool_call_id=req.tool_call["id"],
+                               name=req.tool_call["name"])
+
+        inside.clear()
+        total = []
+        for i in range(calls):
+            run = f"lc-{i // RUN_LEN}"
+            req = ToolCallRequest(tool_call={"name": "read_file", "args": args_of(i), "id": f"c{i}", "type": "tool_call"},
+                                  tool=None, state={RUN_KEY: run, "messages": []}, runtime=None)
+            t = time.perf_counter()
+            await mw.awrap_tool_call(req, handler)
+            total.append(time.perf_counter() - t)
+            if i % RUN_LEN == RUN_LEN - 1:
+                await client.end_run(run)
+        out["langchain"] = {"hook_ms": stats(total), "inside_check_ms": stats(inside),
+                            "overhead_ms": stats([a - b for a, b in zip(total, inside, strict=True)])}
+
+        # OpenAI Agents SDK
+        guard = LoopwardenGuard(client)
+        agent = Agent(name="bench")
+        inside.clear()
+        total = []
+        for r in range(calls // RUN_LEN):
+            async with guard.scope():
+                for i in range(r * RUN_LEN, (r + 1) * RUN_LEN):
+                    ctx = ToolContext(context=None, tool_name="read_file", tool_call_id=f"c{i}",
+                                      tool_arguments=json.dumps(args_of(i)))
+                    t = time.perf_counter()
+                    before = await guard.input_guardrail.run(ToolInputGuardrailData(context=ctx, agent=agent))
+                    assert before.behavior["type"] == "allow"
+                    output = f"contents of {args_of(i)['path']}"  # the tool
+                    await guard.output_guardrail.run(ToolOutputGuardrailData(context=ctx, agent=agent, output=output))
+                    total.append(time.perf_counter() - t)
+        out["openai_agents"] = {"hook_ms": stats(total), "inside_check_ms": stats(inside),
+                                "overhead_ms": stats([a - b for a, b in zip(total, inside, strict=True)])}
+    finally:
+        client.check = bare
+    return out
+
+
+async def run(args) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="loopwarden-adapters-"))
+    broker = None
+    bootstrap = args.bootstrap
+    if not bootstrap:
+        broker = localkafka.start(tmp / "kafka", heap="512m", fresh=True)
+        bootstrap = broker.bootstrap
+    proc = None
+    try:
+        prefix = f"bench-ad-{int(time.time())}."
+        s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
+        await create_topics(s)
+        proc, _ = await asyncio.get_running_loop().run_in_executor(None, start_worker, bootstrap, prefix, tmp, "ad")
+        async with GatewayClient(settings=s, gateway_id="bench-adapters", timeout_s=10) as client:
+            for i in range(args.warmup):  # connections, the worker's first batches
+                await client.check("warmup", "read_file", args_of(i))
+            await client.end_run("warmup")
+            res = await measure(client, args.calls)
+        return {"benchmark": "adapters", "calls": args.calls, **res}
+    finally:
+        if proc is not None:
+            end(proc)
+        if broker:
+            localkafka.stop(broker)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap", help="an existing broker (default: start one)")
+    ap.add_argument("--calls", type=int, default=1000, help="calls per series (a multiple of 20)")
+    ap.add_argument("--warmup", type=int, default=100)
+    args = ap.parse_args()
+    print(json.dumps(asyncio.run(run(args))), flush=True)
+
+
+if __name__ == "__main__":
+    main()
