@@ -1,0 +1,586 @@
+"""`loopwarden top`: the operator's live view of a fleet, read from the decisions topic.
+
+Three layers, kept apart so that the first two need no broker:
+
+- `TopState`: the aggregation over a stream of decisions (and dead letters and worker
+  lag readings). Every method takes the time it happens at; there is no clock inside.
+  `snapshot(now)` is a plain dict, the same one `--once --json` prints.
+- `streams/topview.py`: the rendering of a snapshot for a terminal of a given size.
+- `Top` and `run_top`: the Kafka consumer (all partitions of the decisions and
+  dead-letter topics, no consumer group), the worker /metrics scrape, the refresh loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import signal
+import sys
+import time
+import urllib.request
+from collections import Counter, deque
+from datetime import datetime
+from typing import Any, Iterable
+
+from detectors.wire import Decision, decode_decision
+
+from .errors import BrokerError, SettingsError
+from .settings import Settings
+
+ACTIONS = ("allow", "warn", "block", "abort")
+FLAGGED = ("warn", "block", "abort")
+RATE_WINDOW_S = 10.0  # "per second" figures: the average over the last 10 s
+MINUTE_WINDOW_S = 60.0  # "per minute" figures: the last 60 s
+FORGET_AFTER_S = 120.0  # a run not flagged for this long is no longer "looping now"
+LAG_METRIC = "loopwarden_consumer_lag"
+ERROR_HEADER = "loopwarden.error"
+
+
+# --- state (pure) ------------------------------------------------------------------------
+
+
+class TopState:
+    """Aggregates decisions into totals, windowed rates and the runs looping now.
+
+    `start` is when observation began (seconds since the epoch; None: long ago), so that
+    rates are not underestimated while less than a window has passed. Times are seconds
+    since the epoch; a decision's time is its Kafka record timestamp."""
+
+    def __init__(self, start: float | None = None, forget_after: float = FORGET_AFTER_S,
+                 max_runs: int = 10_000, dedup: int = 200_000) -> None:
+        self.start = start
+        self.forget_after = forget_after
+        self.max_runs = max_runs
+        self.decisions = 0
+        self.duplicates = 0  # decisions seen again by event_id (a worker's replay after a crash)
+        self.undecodable = 0
+        self.actions: Counter[str] = Counter({a: 0 for a in ACTIONS})
+        self.detectors: Counter[str] = Counter()
+        self.detector_actions: dict[str, Counter[str]] = {}
+        self.gateways: dict[str, Counter[str]] = {}
+        self.runs: dict[str, dict[str, Any]] = {}
+        self.dead_letters: Counter[str] | None = None  # None: the dead-letter topic is not read
+        self.workers: dict[str, dict[str, Any]] = {}
+        self._buckets: dict[int, Counter] = {}  # whole second -> counts of that second
+        self._latest = -math.inf
+        self._seen: dict[str, None] = {}  # recent event_ids, oldest first
+        self._dedup = dedup
+
+    # input
+
+    def add(self, d: Decision, ts: float) -> None:
+        """One decision, published at `ts`."""
+        if d.event_id in self._seen:
+            self.duplicates += 1
+            return
+        self._seen[d.event_id] = None
+        if len(self._seen) > self._dedup:
+            del self._seen[next(iter(self._seen))]
+        self.decisions += 1
+        self.actions[d.action] += 1
+        if d.detector:
+            self.detectors[d.detector] += 1
+            self.detector_actions.setdefault(d.detector, Counter())[d.action] += 1
+        g = self.gateways.setdefault(d.gateway_id, Counter())
+        g["decisions"] += 1
+        if d.action == "block":
+            g["blocks"] += 1
+        b = self._bucket(ts)
+        b["action", d.action] += 1
+        b["gateway", d.gateway_id] += 1
+        if d.action == "block":
+            b["blocks", d.gateway_id] += 1
+        if d.detector and d.action in FLAGGED:
+            b["detector", d.detector, d.action] += 1
+        self._track_run(d, ts)
+
+    def add_record(self, value: bytes | None, ts: float) -> bool:
+        """One record of the decisions topic; False (and counted) when it is not a decision."""
+        try:
+            d = decode_decision(value or b"")
+        except Exception:
+            self.undecodable += 1
+            return False
+        self.add(d, ts)
+        return True
+
+    def add_dead_letter(self, reason: str, ts: float) -> None:
+        if self.dead_letters is None:
+            self.dead_letters = Counter()
+        self.dead_letters[reason] += 1
+        self._bucket(ts)["dead", reason] += 1
+
+    def watch_dead_letters(self) -> None:
+        """The dead-letter topic is read (so none seen means none, not unknown)."""
+        if self.dead_letters is None:
+            self.dead_letters = Counter()
+
+    def set_worker(self, url: str, lags: dict[int, int] | None, at: float, error: str | None = None) -> None:
+        """A scrape of one worker's /metrics: its lag per partition, or None when unreachable."""
+        self.workers[url] = {"lags": lags, "at": at, "error": error}
+
+    def _bucket(self, ts: float) -> Counter:
+        k = int(math.floor(ts))
+        b = self._buckets.get(k)
+        if b is None:
+            b = self._buckets[k] = Counter()
+            if ts > self._latest:
+                self._latest = ts
+            if len(self._buckets) > 2 * MINUTE_WINDOW_S + 10:  # reading history: keep what a snapshot can use
+                self._prune(self._latest)
+        elif ts > self._latest:
+            self._latest = ts
+        return b
+
+    def _prune(self, now: float) -> None:
+        oldest = math.floor(now - MINUTE_WINDOW_S) - 1
+        for k in [k for k in self._buckets if k < oldest]:
+            del self._buckets[k]
+
+    def _track_run(self, d: Decision, ts: float) -> None:
+        r = self.runs.get(d.run_id)
+        if r is not None and d.seq < r["seq"]:
+            return  # an older decision of the run, published again
+        if d.action in FLAGGED:
+            self.runs.pop(d.run_id, None)  # re-inserted: the dict stays in order of last flag
+            self.runs[d.run_id] = {
+                "run_id": d.run_id, "gateway_id": d.gateway_id, "agent_id": d.agent_id, "tool_name": d.tool_name,
+                "paired_tool_name": d.paired_tool_name, "action": d.action, "level": d.level,
+                "detector": d.detector, "count": d.count, "message": d.message, "seq": d.seq,
+                "since": r["since"] if r else ts, "last_seen": ts,
+            }
+            if len(self.runs) > self.max_runs:
+                del self.runs[next(iter(self.runs))]
+        elif r is not None:
+            if d.level == "none":
+                del self.runs[d.run_id]  # the run moved on: nothing is detected any more
+            else:  # a suppressed repeat of a shown warning: still looping
+                r.update(count=d.count, seq=d.seq, last_seen=ts, tool_name=d.tool_name)
+
+    # output
+
+    def _window(self, now: float, full: float) -> tuple[int, float]:
+        """The first whole second of the window ending at `now`, and the seconds it covers
+        (whole seconds from that one to now; less while observation began later)."""
+        first = math.floor(now - full)
+        begin = first if self.start is None else max(first, self.start)
+        return first, max(1.0, now - begin)
+
+    def _sum(self, first: int) -> Counter:
+        out: Counter = Counter()
+        for k, b in self._buckets.items():
+            if k >= first:
+                out.update(b)
+        return out
+
+    def looping(self, now: float) -> list[dict[str, Any]]:
+        """The runs looping now, newest first (runs not flagged within forget_after are dropped)."""
+        for rid in [rid for rid, r in self.runs.items() if now - r["last_seen"] > self.forget_after]:
+            del self.runs[rid]
+        rows = sorted(self.runs.values(), key=lambda r: r["last_seen"], reverse=True)
+        return [{**{k: v for k, v in r.items() if k not in ("since", "last_seen")},
+                 "age_s": round(max(0.0, now - r["last_seen"]), 1),
+                 "looping_for_s": round(max(0.0, r["last_seen"] - r["since"]), 1)} for r in rows]
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        self._prune(now)
+        rate_first, rate_span = self._window(now, RATE_WINDOW_S)
+        min_first, min_span = self._window(now, MINUTE_WINDOW_S)
+        recent, minute = self._sum(rate_first), self._sum(min_first)
+        per_s = {a: round(recent["action", a] / rate_span, 2) for a in ACTIONS}
+        per_s["total"] = round(sum(recent["action", a] for a in ACTIONS) / rate_span, 2)
+        scale = 60.0 / min_span
+        by_det: dict[str, dict[str, float]] = {}
+        for key, n in minute.items():
+            if key[0] == "detector":
+                by_det.setdefault(key[1], {a: 0.0 for a in FLAGGED})[key[2]] = round(n * scale, 2)
+        gateways = {
+            gw: {"decisions": c["decisions"], "blocks": c["blocks"],
+                 "calls_per_s": round(recent["gateway", gw] / rate_span, 2),
+                 "blocks_per_min": round(minute["blocks", gw] * scale, 2)}
+            for gw, c in sorted(self.gateways.items())
+        }
+        dead = None
+        if self.dead_letters is not None:
+            reasons = {k[1]: round(n * scale, 2) for k, n in minute.items() if k[0] == "dead"}
+            dead = {"total": sum(self.dead_letters.values()), "by_reason": dict(sorted(self.dead_letters.items())),
+                    "per_minute": round(sum(reasons.values()), 2), "per_minute_by_reason": dict(sorted(reasons.items()))}
+        workers = []
+        for url, w in sorted(self.workers.items()):
+            lags = w["lags"]
+            workers.append({"url": url, "reachable": lags is not None,
+                            "lag": sum(lags.values()) if lags is not None else None,
+                            "partitions": {str(p): n for p, n in sorted(lags.items())} if lags is not None else None,
+                            "error": w["error"], "age_s": round(max(0.0, now - w["at"]), 1)})
+        runs = self.looping(now)
+        return {
+            "at": round(now, 3),
+            "decisions": self.decisions,
+            "duplicates": self.duplicates,
+            "undecodable": self.undecodable,
+            "actions": {a: self.actions[a] for a in sorted(self.actions)},
+            "detectors": dict(sorted(self.detectors.items())),
+            "detector_actions": {d: {a: c[a] for a in ACTIONS} for d, c in sorted(self.detector_actions.items())},
+            "per_second": per_s,
+            "per_minute_by_detector": dict(sorted(by_det.items())),
+            "looping_runs": runs,
+            "gateways": gateways,
+            "dead_letters": dead,
+            "workers": workers,
+            "window_s": {"rate": round(rate_span, 1), "minute": round(min_span, 1)},
+        }
+
+
+# --- pure helpers ------------------------------------------------------------------------
+
+_RELATIVE = re.compile(r"^-?\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)$")
+_UNIT = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def parse_from(text: str | None, now: float) -> float | str:
+    """`--from`: "now", "beginning", an ISO-8601 time (no zone: local time) or a relative
+    one like -10m, -30s, -2h, -1d. Returns "now", "beginning" or seconds since the epoch."""
+    if text is None:
+        return "now"
+    t = text.strip().lower()
+    if t in ("now", "end", "latest"):
+        return "now"
+    if t in ("beginning", "earliest", "start"):
+        return "beginning"
+    m = _RELATIVE.match(t)
+    if m:
+        return now - float(m.group(1)) * _UNIT[m.group(2)]
+    try:
+        dt = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise SettingsError(f"--from {text!r} is neither an ISO-8601 time (2024-05-01T12:00:00Z), a relative "
+                            "one (-10m, -30s, -2h, -1d), 'now' nor 'beginning'") from None
+    return dt.timestamp()  # a naive time is taken as local time
+
+
+def parse_lags(text: str) -> dict[int, int]:
+    """`loopwarden_consumer_lag{partition=...}` of one worker's /metrics text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[int, int] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name != LAG_METRIC:
+            continue
+        for s in fam.samples:
+            try:
+                out[int(s.labels["partition"])] = int(s.value)
+            except (KeyError, ValueError):
+                continue
+    return out
+
+
+def metrics_url(url: str) -> str:
+    """host:port or a URL without a path means that worker's /metrics."""
+    if "://" not in url:
+        url = "http://" + url
+    scheme, rest = url.split("://", 1)
+    return url if "/" in rest else f"{scheme}://{rest}/metrics"
+
+
+def dead_letter_reason(headers: Iterable[tuple[str, bytes]] | None) -> str:
+    for k, v in headers or ():
+        if k == ERROR_HEADER:
+            return bytes(v).decode("utf-8", "replace") or "unknown"
+    return "unknown"
+
+
+# --- Kafka and HTTP ----------------------------------------------------------------------
+
+
+def _scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=1.5) as r:
+        return r.read().decode("utf-8", "replace")
+
+
+class Top:
+    """Reads the decisions and dead-letter topics (every partition, no consumer group)
+    into a TopState, and scrapes the workers' /metrics."""
+
+    def __init__(self, settings: Settings, start: float | str = "now", worker_metrics: Iterable[str] = (),
+                 forget_after: float = FORGET_AFTER_S) -> None:
+        self.settings = settings
+        self.start = start
+        self.urls = [metrics_url(u) for u in worker_metrics]
+        self.state = TopState(None if start == "beginning" else (start if isinstance(start, float) else None),
+                              forget_after=forget_after)
+        self.consumer = None
+        self.assigned: list = []
+        self.ends: dict = {}
+        self.deadletters = False
+        self._missed = False
+
+    @property
+    def topic(self) -> str:
+        return self.settings.decisions_topic
+
+    async def open(self, require: bool = True) -> bool:
+        """Connect and take the topics' partitions. Without the decisions topic: a
+        BrokerError when `require`, else False (call `assign` again later)."""
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.errors import KafkaError
+
+        from .errors import broker_error, connect_errors
+
+        try:
+            kw = self.settings.kafka_kwargs()
+        except OSError as exc:
+            raise SettingsError(f"cannot load the TLS files (--ssl-cafile {self.settings.ssl_cafile}): {exc}") from None
+        try:
+            self.consumer = AIOKafkaConsumer(**kw, group_id=None, enable_auto_commit=False,
+                                             auto_offset_reset="latest", max_poll_records=5000)
+        except ValueError as exc:
+            raise SettingsError(f"cannot connect with these settings: {exc}") from None
+        with connect_errors() as seen:
+            try:
+                await self.consumer.start()
+            except KafkaError as exc:
+                await self.consumer.stop()
+                self.consumer = None
+                raise broker_error(exc, self.settings, seen) from None
+        try:
+            ok = await self.assign()
+        except BaseException:
+            await self.close()
+            raise
+        if not ok:
+            self._missed = True
+        if not ok and require:
+            await self.close()
+            raise BrokerError(f"topic {self.topic} does not exist on {self.settings.bootstrap} "
+                              f"(is --topic-prefix {self.settings.topic_prefix!r} the workers' prefix?)")
+        if not self.state.start and self.start == "now":
+            self.state.start = time.time()
+        return ok
+
+    async def assign(self) -> bool:
+        from aiokafka import TopicPartition
+
+        c = self.consumer
+        names = await c.topics()
+        if self.topic not in names:
+            return False
+        if not c.partitions_for_topic(self.topic):
+            # topics() reads the metadata without keeping it; the partitions come from the
+            # client's own copy (as tests/integration/harness.py does)
+            await c._client.force_metadata_update()
+        tps = [TopicPartition(self.topic, p) for p in sorted(c.partitions_for_topic(self.topic) or ())]
+        if not tps:
+            return False
+        dl = self.settings.deadletter_topic
+        if dl in names:
+            tps += [TopicPartition(dl, p) for p in sorted(c.partitions_for_topic(dl) or ())]
+            self.deadletters = True
+            self.state.watch_dead_letters()
+        c.assign(tps)
+        start = self.start
+        if self._missed and start == "now":
+            start = "beginning"  # the topic appeared after we began: all of it is new
+        if start == "beginning":
+            await c.seek_to_beginning(*tps)
+        elif start == "now":
+            await c.seek_to_end(*tps)
+        else:
+            found = await c.offsets_for_times({tp: int(start * 1000) for tp in tps})
+            late = [tp for tp in tps if found.get(tp) is None]
+            for tp in tps:
+                if found.get(tp) is not None:
+                    c.seek(tp, found[tp].offset)
+            if late:
+                await c.seek_to_end(*late)
+        for tp in tps:  # resolve the positions now: "from now" must not wait for the first fetch
+            await c.position(tp)
+        self.ends = await c.end_offsets(tps)
+        self.assigned = tps
+        return True
+
+    async def poll(self, timeout_s: float) -> int:
+        """Read what arrives within timeout_s; the number of records."""
+        if not self.assigned:
+            await asyncio.sleep(timeout_s)
+            return 0
+        batch = await self.consumer.getmany(timeout_ms=int(timeout_s * 1000))
+        n = 0
+        now = time.time()
+        for tp, msgs in batch.items():
+            for m in msgs:
+                ts = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else now
+                if tp.topic == self.topic:
+                    self.state.add_record(m.value, ts)
+                else:
+                    self.state.add_dead_letter(dead_letter_reason(m.headers), ts)
+                n += 1
+        return n
+
+    async def caught_up(self) -> bool:
+        """Everything that was on the topics when they were assigned has been read."""
+        if not self.assigned:
+            return False
+        for tp in self.assigned:
+            if await self.consumer.position(tp) < self.ends.get(tp, 0):
+                return False
+        return True
+
+    async def scrape(self) -> None:
+        async def one(url: str) -> None:
+            try:
+                text = await asyncio.to_thread(_scrape, url)
+                self.state.set_worker(url, parse_lags(text), time.time())
+            except Exception as exc:
+                self.state.set_worker(url, None, time.time(), error=str(getattr(exc, "reason", exc)))
+
+        await asyncio.gather(*(one(u) for u in self.urls))
+
+    def snapshot(self, now: float | None = None) -> dict[str, Any]:
+        snap = self.state.snapshot(time.time() if now is None else now)
+        return {"topic": self.topic, "deadletter_topic": self.settings.deadletter_topic if self.deadletters else None,
+                "watching": bool(self.assigned), **snap}
+
+    async def close(self) -> None:
+        if self.consumer is not None:
+            await self.consumer.stop()
+            self.consumer = None
+
+
+async def show(top: Top, stop: asyncio.Event, *, seconds: float | None = None, mode: str = "live",
+               screen: bool = False, console=None, refresh_s: float = 1.0) -> dict[str, Any]:
+    """Refresh the view about once a second until `stop` is set or `seconds` have passed.
+
+    mode: "live" (rich, in place), "plain" (one summary line a refresh, for a pipe) or
+    "jsonl" (one snapshot a line). The last snapshot is returned."""
+    from .topview import plain_line, render
+
+    deadline = None if seconds is None else time.monotonic() + seconds
+    scraper = None
+
+    async def scrape_loop() -> None:
+        while True:
+            await top.scrape()
+            await asyncio.sleep(2.0)
+
+    if top.urls:
+        scraper = asyncio.create_task(scrape_loop())
+
+    def done() -> bool:
+        return stop.is_set() or (deadline is not None and time.monotonic() >= deadline)
+
+    next_try = 0.0
+
+    async def read_for(span: float) -> None:
+        nonlocal next_try
+        until = time.monotonic() + span
+        while not done():
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            if not top.assigned and time.monotonic() >= next_try:  # the topic did not exist yet
+                next_try = time.monotonic() + 2.0
+                try:
+                    await top.assign()
+                except Exception:
+                    pass
+            await top.poll(min(0.25, left))
+
+    snap: dict[str, Any] = {}
+    try:
+        if mode == "live":
+            from rich.console import Console
+            from rich.live import Live
+
+            console = console or Console()
+            with Live(console=console, screen=screen, auto_refresh=False, transient=False,
+                      redirect_stdout=False, redirect_stderr=False, vertical_overflow="crop") as live:
+                while True:
+                    snap = top.snapshot()
+                    live.update(render(snap, console.size.width, console.size.height), refresh=True)
+                    if done():
+                        break
+                    await read_for(refresh_s)
+        else:
+            while True:
+                await read_for(refresh_s)
+                snap = top.snapshot()
+                line = json.dumps(snap, separators=(",", ":")) if mode == "jsonl" else plain_line(snap)
+                print(line, flush=True)
+                if done():
+                    break
+    finally:
+        if scraper:
+            scraper.cancel()
+    return snap
+
+
+async def once(top: Top, stop: asyncio.Event, seconds: float | None = None) -> dict[str, Any] | None:
+    """Read up to the end offsets found at start (or for `seconds`); one snapshot. None if stopped."""
+    await top.open(require=True)
+    try:
+        if top.urls:
+            await top.scrape()
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while not stop.is_set():
+            if deadline is None:
+                if await top.caught_up():
+                    break
+                await top.poll(0.2)
+            else:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                await top.poll(min(0.25, left))
+        if stop.is_set():
+            return None
+        if top.urls and seconds:
+            await top.scrape()
+        return top.snapshot()
+    finally:
+        await top.close()
+
+
+def run_top(settings: Settings, args) -> int:
+    """The `loopwarden top` command."""
+    start = parse_from(args.start, time.time())
+    if args.once and args.start is None and args.seconds is None:
+        start = "beginning"  # --once alone: what is on the topic now
+    if args.seconds is not None and args.seconds <= 0:
+        raise SettingsError(f"--seconds must be positive, got {args.seconds}")
+    top = Top(settings, start, args.worker_metrics or (), forget_after=args.forget_after)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            if args.once:
+                snap = await once(top, stop, args.seconds)
+                if snap is None:
+                    return 130
+                if args.json:
+                    print(json.dumps(snap, indent=2))
+                else:
+                    from rich.console import Console
+
+                    from .topview import render
+
+                    c = Console()
+                    c.print(render(snap, c.size.width, None))
+                return 0
+            await top.open(require=False)
+            try:
+                tty = sys.stdout.isatty()
+                mode = "jsonl" if args.json else ("live" if tty else "plain")
+                await show(top, stop, seconds=args.seconds, mode=mode, screen=tty and not args.no_screen)
+            finally:
+                await top.close()
+            return 0
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    return asyncio.run(main())
