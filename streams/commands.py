@@ -122,6 +122,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def cmd_top(args: argparse.Namespace) -> int:
+    from .top import run_top
+
+    return run_top(_settings(args), args)
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from .simulate import main_simulate
 
@@ -208,3 +214,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--gateways", type=int, default=3, help="gateways in the fleet (default 3)")
     d.add_argument("--bootstrap", help="use this broker instead of starting a local one")
     d.set_defaults(func=cmd_demo)
+
+    tp = sub.add_parser("top", help="a live view of a fleet's decisions, looping runs, gateways and workers",
+                        description="Read the decisions topic (every partition, no consumer group) and show, "
+                        "refreshed about once a second: decisions per second by action; warnings, blocks and "
+                        "aborts per minute by detector; the runs looping now (the latest warning, block or abort "
+                        "of each), newest first; calls per second and blocks per minute per gateway; the "
+                        "workers' consumer lag (--worker-metrics) and dead letters per minute (the dead-letter "
+                        "topic). Ctrl-C quits. --once --json prints one snapshot as JSON instead.")
+    _worker_flags(tp)
+    tp.add_argument("--from", dest="start", metavar="TIME",
+                    help="where to start reading: now (default; --once alone: beginning), beginning, an ISO-8601 "
+                    "time (2024-05-01T12:00:00Z; without a zone: local time) or a relative one (-10m, -30s, -2h, -1d)")
+    tp.add_argument("--worker-metrics", action="append", metavar="URL",
+                    help="a worker's /metrics (or host:port) to read its consumer lag from; repeatable")
+    tp.add_argument("--once", action="store_true",
+                    help="read what is on the topics up to their end offsets at start (or for --seconds), print "
+                    "one snapshot and exit")
+    tp.add_argument("--json", action="store_true",
+                    help="with --once: the snapshot as JSON; without: one JSON snapshot a line, each refresh")
+    tp.add_argument("--seconds", type=float, help="stop after this many seconds (with --once: read for this long)")
+    tp.add_argument("--forget-after", type=float, default=120.0, metavar="S",
+                    help="a run not warned, blocked or aborted for this long is no longer listed (default 120)")
+    tp.add_argument("--no-screen", action="store_true",
+                    help="draw in place below the prompt instead of on the terminal's alternate screen")
+    # `--from -10m`: a relative time is a value, not an option (argparse takes only plain
+    # negative numbers for values); the parser has no option that looks like one.
+    import re
+
+    tp._negative_number_matcher = re.compile(r"^-\d+(\.\d+)?\s*(s|sec|m|min|h|d)?$")
+    tp.set_defaults(func=cmd_top)
