@@ -1,8 +1,9 @@
 """`loopwarden demo`: the whole pipeline on this machine, shown live, then stopped.
 
-A local broker (unless --bootstrap), one worker process, a short simulated fleet; a live
-table of decisions in the terminal; at the end the fleet's summary. Everything it
-started is stopped, also on Ctrl-C.
+A local broker (unless --bootstrap), one worker process, a short simulated fleet; the
+fleet shown live by `loopwarden top` (streams/top.py: it reads the decisions topic and
+the worker's /metrics, as it would for a real cluster); at the end the fleet's summary.
+Everything it started is stopped, also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -17,50 +18,17 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections import Counter, deque
 from pathlib import Path
-
-from detectors.wire import Decision
 
 from . import localkafka, settings as settings_mod
 from .errors import BrokerError
 from .simulate import simulate
+from .top import Top, show
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "config.json5"
 FALLBACK_CONFIG = {"tools": {"loopDetection": {"enabled": True}},
                    "agents": {"list": [{"id": "main", "default": True},
                                        {"id": "no-generic", "tools": {"loopDetection": {"detectors": {"genericRepeat": False}}}}]}}
-COLORS = {"allow": "green", "warn": "yellow", "block": "red", "abort": "bold red"}
-
-
-class LiveView:
-    """The latest interesting decisions and running counts, as a rich table (or plain lines)."""
-
-    def __init__(self) -> None:
-        self.rows: deque[Decision] = deque(maxlen=14)
-        self.counts: Counter[str] = Counter()
-        self.tty = sys.stdout.isatty()
-
-    def add(self, d: Decision) -> None:
-        self.counts[d.action] += 1
-        if d.action != "allow":  # suppressed repeats of a shown warning stay out of the table
-            self.rows.append(d)
-            if not self.tty:
-                print(f"{d.gateway_id} {d.run_id} {d.tool_name}: {d.action} {d.detector} x{d.count}", flush=True)
-
-    def render(self):
-        from rich.table import Table
-
-        t = Table(title="loopwarden decisions (warnings, blocks, aborts)   " +
-                  "  ".join(f"{k}: {self.counts[k]}" for k in ("allow", "warn", "block", "abort")),
-                  expand=True)
-        for col in ("gateway", "run", "tool", "action", "detector", "count", "message"):
-            t.add_column(col, overflow="ellipsis", no_wrap=True)
-        for d in self.rows:
-            c = COLORS.get(d.action, "white")
-            t.add_row(d.gateway_id, d.run_id[-14:], d.tool_name, f"[{c}]{d.action}[/{c}]", d.detector or "",
-                      str(d.count or ""), (d.message or "")[:70])
-        return t
 
 
 def _wait_healthy(port: int, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
@@ -109,10 +77,9 @@ def run_demo(args) -> int:
         )
         _wait_healthy(port, worker, log)
         settings = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
-        view = LiveView()
         print(f"fleet of {args.gateways} gateways for {args.seconds:g}s; metrics at http://127.0.0.1:{port}/metrics",
               file=sys.stderr)
-        report = asyncio.run(_fleet(settings, args, view))
+        report = asyncio.run(_fleet(settings, args, f"http://127.0.0.1:{port}/metrics"))
         print(json.dumps(report.summary(), indent=2))
         return 0
     finally:
@@ -126,22 +93,21 @@ def run_demo(args) -> int:
             localkafka.stop(broker)
 
 
-async def _fleet(settings, args, view: LiveView):
-    if not view.tty:
-        return await simulate(settings, args.gateways, 3, args.seconds, on_decision=view.add, progress=False,
-                              think_ms=(20, 120))
-    from rich.live import Live
-
-    with Live(view.render(), refresh_per_second=4) as live:
-        async def refresh():
-            while True:
-                live.update(view.render())
-                await asyncio.sleep(0.25)
-
-        task = asyncio.create_task(refresh())
+async def _fleet(settings, args, metrics_url: str):
+    """The simulated fleet, shown by `top` meanwhile (in place on a terminal, one line a
+    second otherwise); the view stays on the screen when the fleet is done."""
+    top = Top(settings, "now", [metrics_url])
+    await top.open(require=True)  # before the fleet starts: "now" is before its first decision
+    stop = asyncio.Event()
+    view = asyncio.create_task(show(top, stop, mode="live" if sys.stdout.isatty() else "plain", screen=False))
+    try:
+        report = await simulate(settings, args.gateways, 3, args.seconds, progress=False, think_ms=(20, 120))
+        await asyncio.sleep(1.5)  # the last decisions reach the view
+        return report
+    finally:
+        stop.set()
         try:
-            return await simulate(settings, args.gateways, 3, args.seconds, on_decision=view.add, progress=False,
-                                  think_ms=(20, 120))
-        finally:
-            task.cancel()
-            live.update(view.render())
+            await asyncio.wait_for(view, 5)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            pass
+        await top.close()
