@@ -1,0 +1,464 @@
+"""Recovery at scale: how long a fresh worker takes to recover 100,000 active runs from
+the changelog, and what Faust's RocksDB store would give instead.
+
+    python -m benchmarks.recovery [--bootstrap HOST:PORT] [--runs 100000] [--calls 2:5]
+                                  [--flush-interval-ms MS] [--partitions 8] [--no-rocksdb]
+                                  [--keep]
+
+Without --bootstrap it starts its own local broker (fresh folder, 768 MB heap, full JIT)
+and stops it at the end; every process it starts is stopped in any case, and its temp
+folder is removed unless --keep.
+
+1. Load. --runs active runs (each a few tool calls with their results, --calls LO:HI
+   calls, in the privacy form the client sends; no run_end, so every run stays in the
+   table; event-time stamps close together, so none is idle) are produced with a batch
+   producer into the events topic of a worker that is already running. The events are
+   interleaved round by round (every run's first call, then every run's second…), as
+   when many long runs are active at once: a run is touched in several flush intervals,
+   so the changelog holds several records per run, as it does until Kafka compacts a
+   closed segment. Once every call has its decision the worker gets SIGTERM (a stopping
+   worker writes its states at once), and the changelog is read back: every run must
+   have a live record.
+2. Recovery. A fresh worker (new --data-dir, same topics and group) is started; one
+   tool_call of an existing run is produced right after. Reported: seconds from process
+   start to /health "ok" (`recovery_s`; the worker says ok only once Faust finished
+   recovering its table) and to the probe call's decision (`first_decision_s`), its RSS
+   after recovery, and the runs it then holds (`loopwarden_active_runs`).
+   `empty_start_s` is the first worker's start on empty topics: the part of those
+   figures that is only starting Python, Faust and the consumer group.
+3. RocksDB. The worker keeps RunState objects in its store (the fold writes them there
+   outside any Faust event), which a RocksDB store cannot hold, so the worker cannot
+   simply be switched to `rocksdb://`. A throw-away Faust app with the worker's table
+   definition over the same changelog topic (its own consumer group) recovers it with
+   `memory://` (the worker's store), with `rocksdb://` (the rocksdict driver) into an
+   empty data dir (cold: like a new machine or a lost disk), and with `rocksdb://` again
+   on the data dir the cold start left (warm: a restart on the same disk, which reads
+   only the changelog past the offsets RocksDB stored; here nothing was written in
+   between, so this is its best case). Each: seconds from process start to recovered,
+   the recovery itself (partitions assigned to recovered), the keys it holds and its RSS.
+
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from benchmarks.kafka import CONFIG, cpu_seconds, end, preload, spawn, start_worker, wait_for_count
+from benchmarks.trace import LOOP_KINDS, _run_events
+from streams import localkafka
+from streams import settings as settings_mod
+from streams.client import partition_for
+from streams.commands import create_topics
+
+BROKER_HEAP = "768m"
+PROBE_RUN = "run-000000"
+PROBE_GATEWAY = "gw-00"  # the gateway of run 0 (runs are spread over 16 gateways)
+PROBE_SEQ = 1_000_000  # above every seq the load gives a run
+
+
+async def stoppable(coro):
+    """Await `coro` so that SIGTERM (from `timeout`, say) cancels it as Ctrl-C does: its
+    finally blocks then stop the broker and workers it started instead of orphaning them
+    (they run in sessions of their own)."""
+    task = asyncio.ensure_future(coro)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await task
+
+
+def rss_mb(pid: int) -> float | None:
+    """A process's resident set (VmRSS) in MB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+def metrics(port: int) -> dict[str, float]:
+    """The worker's Prometheus samples without labels, name -> value ({} if unreachable)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except Exception:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, _, value = line.rpartition(" ")
+            try:
+                out[name] = float(value)
+            except ValueError:
+                pass
+    return out
+
+
+def health(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+            return json.loads(r.read())["status"]
+    except urllib.error.HTTPError as exc:  # 503 with a body that says why
+        try:
+            return json.loads(exc.read())["status"]
+        except Exception:
+            return None
+    except Exception:
+        return None
+
+
+def privacy_form(ev: dict) -> bytes:
+    from detectors.fingerprint import fingerprint
+    from detectors.wire import decode_event, encode
+
+    return encode(fingerprint(decode_event(json.dumps(ev, separators=(",", ":")).encode())))
+
+
+def make_events(runs: int, lo: int, hi: int, seed: int = 11) -> tuple[list[bytes], int]:
+    """(the events, the number of tool calls): `runs` runs of lo..hi calls each, a fifth
+    of them sliding into one kind of loop (benchmarks/trace.py's runs without their
+    run_end), interleaved round by round."""
+    rng = random.Random(seed)
+    per_run = []
+    for i in range(runs):
+        loop = rng.choice(LOOP_KINDS) if rng.random() < 0.2 else None
+        evs = [privacy_form(ev) for ev in _run_events(rng, f"run-{i:06d}", f"gw-{i % 16:02d}",
+                                                       rng.randint(lo, hi), loop) if ev["type"] != "run_end"]
+        per_run.append(evs)
+    lines = []
+    for k in range(2 * hi):
+        lines.extend(evs[k] for evs in per_run if k < len(evs))
+    return lines, sum(len(evs) for evs in per_run) // 2
+
+
+def worker_args(bootstrap: str, prefix: str, tmp: Path, name: str, port: int, extra: list[str]) -> list[str]:
+    """The command line benchmarks.kafka.start_worker runs (its config file, too)."""
+    return [sys.executable, "-m", "streams.cli", "worker", "--bootstrap", bootstrap, "--topic-prefix", prefix,
+            "--config", str(tmp / "config.json"), "--web-port", str(port), "--data-dir", str(tmp / f"data-{name}"),
+            *extra]
+
+
+async def read_changelog(bootstrap: str, topic: str, partitions: int) -> dict:
+    """Every record of the changelog, read with a bare consumer: records, bytes, the keys
+    with a live (non-tombstone) last value, and how long the read took (the floor under
+    any recovery: the same records without Faust)."""
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
+                         max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20)
+    await c.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        ends = await c.end_offsets(tps)
+        begins = await c.beginning_offsets(tps)
+        want = sum(ends[tp] - begins[tp] for tp in tps)
+        last: dict[bytes, bool] = {}
+        n = size = 0
+        t0 = time.monotonic()
+        todo = {tp for tp in tps if ends[tp] > begins[tp]}
+        while todo:
+            for tp, msgs in (await c.getmany(timeout_ms=1000, max_records=50_000)).items():
+                for m in msgs:
+                    last[m.key] = m.value is not None
+                    n += 1
+                    size += len(m.value or b"")
+                if msgs and msgs[-1].offset + 1 >= ends[tp]:
+                    todo.discard(tp)
+        return {"records": n, "expected_records": want, "value_mb": round(size / 1e6, 1),
+                "live_keys": sum(last.values()), "read_s": round(time.monotonic() - t0, 2)}
+    finally:
+        await c.stop()
+
+
+async def first_decision(bootstrap: str, s: settings_mod.Settings, proc: subprocess.Popen, port: int,
+                         t0: float, probe: bytes, timeout: float = 600) -> dict:
+    """Produce the probe call now, then wait for /health ok and for its decision."""
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=50)
+    await c.start()
+    tp = TopicPartition(s.decisions_topic, partition_for(PROBE_GATEWAY, s.partitions))
+    c.assign([tp])
+    await c.seek_to_end(tp)
+    await c.position(tp)
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    await p.start()
+    try:
+        await p.send_and_wait(s.events_topic, key=PROBE_RUN.encode(), value=probe)
+        produced = time.monotonic() - t0
+        loop = asyncio.get_running_loop()
+        out: dict = {"probe_produced_s": round(produced, 2)}
+
+        async def watch_health() -> None:
+            seen = None
+            while True:
+                st = await loop.run_in_executor(None, health, port)
+                if st != seen:
+                    out.setdefault("health_states", []).append([round(time.monotonic() - t0, 2), st])
+                    seen = st
+                if st == "ok":
+                    out["recovery_s"] = round(time.monotonic() - t0, 2)
+                    return
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the fresh worker exited with {proc.returncode}")
+                await asyncio.sleep(0.1)
+
+        async def watch_decision() -> None:
+            while True:
+                for msgs in (await c.getmany(timeout_ms=200)).values():
+                    for m in msgs:
+                        d = json.loads(m.value)
+                        if d.get("run_id") == PROBE_RUN and d.get("seq") == PROBE_SEQ:
+                            out["first_decision_s"] = round(time.monotonic() - t0, 2)
+                            out["probe_decision"] = {k: d.get(k) for k in ("action", "level", "detector")}
+                            return
+
+        await asyncio.wait_for(asyncio.gather(watch_health(), watch_decision()), timeout)
+        return out
+    finally:
+        await p.stop()
+        await c.stop()
+
+
+def probe_event() -> bytes:
+    """A new tool_call of run 0, seq and ts above everything the load gave it."""
+    return privacy_form({"type": "tool_call", "run_id": PROBE_RUN, "seq": PROBE_SEQ, "gateway_id": PROBE_GATEWAY,
+                         "ts": 1767225600000 + PROBE_SEQ, "tool_call_id": f"{PROBE_RUN}-probe", "tool_name": "read",
+                         "params": {"path": "/workspace/after-restart.md"}})
+
+
+# ---------------------------------------------------------------------------------------
+# The throw-away Faust app: the worker's table over the same changelog, any store.
+
+def table_probe(args) -> None:
+    """Run as a child (`--table-probe STORE`): recover the table, print one JSON line."""
+    import faust
+
+    t_assigned: list[float] = []
+    app = faust.App(args.app_id, broker=f"kafka://{args.bootstrap}", store=args.table_probe, autodiscover=False,
+                    web_enabled=False, datadir=args.datadir, topic_partitions=args.partitions,
+                    consumer_auto_offset_reset="earliest")
+    # As the worker's table (streams/app.py) and the topic Faust would make for it, under
+    # the worker's changelog name.
+    changelog = app.topic(args.changelog, key_type=bytes, value_type=bytes, key_serializer="raw",
+                          value_serializer="raw", partitions=args.partitions, compacting=True, acks=False,
+                          internal=True, maxsize=131_072, allow_empty=True)
+    table = app.Table("runs", default=None, key_type=bytes, value_type=bytes, partitions=args.partitions,
+                      use_partitioner=True, changelog_topic=changelog)
+
+    @app.on_partitions_assigned.connect
+    async def assigned(sender, assigned, **kwargs) -> None:
+        if not t_assigned:
+            t_assigned.append(time.time())
+
+    @app.timer(0.05)
+    async def done() -> None:
+        if app.rebalancing or not app.consumer.assignment() or not app.tables.recovery.completed.is_set():
+            return
+        t = time.time()
+        keys = len(table)
+        print(json.dumps({"recovered_at": t, "assigned_at": t_assigned[0] if t_assigned else None, "keys": keys,
+                          "rss_mb": rss_mb(os.getpid())}), flush=True)
+        await asyncio.sleep(3600)  # the parent stops this process
+
+    worker = faust.Worker(app, loglevel="warning", quiet=True, redirect_stdouts=False)
+    worker.spinner = None
+    worker.execute_from_commandline()
+
+
+async def run_probe(store: str, bootstrap: str, changelog: str, partitions: int, app_id: str, datadir: Path,
+                    log: Path, timeout: float = 900) -> dict:
+    t0 = time.time()
+    proc = spawn([sys.executable, "-m", "benchmarks.recovery", "--table-probe", store, "--bootstrap", bootstrap,
+                  "--changelog", changelog, "--partitions", str(partitions), "--app-id", app_id,
+                  "--datadir", str(datadir)], log)
+    try:
+        loop = asyncio.get_running_loop()
+        line = await asyncio.wait_for(loop.run_in_executor(None, proc.stdout.readline), timeout)
+        if not line.strip():
+            raise RuntimeError(f"the {store} table probe did not recover; see {log}")
+        r = json.loads(line)
+        return {"recovery_s": round(r["recovered_at"] - t0, 2),
+                "assigned_to_recovered_s": round(r["recovered_at"] - r["assigned_at"], 2) if r["assigned_at"] else None,
+                "keys": r["keys"], "rss_mb": r["rss_mb"]}
+    finally:
+        end(proc)
+
+
+async def rocksdb_part(bootstrap: str, s: settings_mod.Settings, tmp: Path, live_keys: int) -> dict:
+    out: dict = {}
+    try:
+        from importlib.metadata import version
+
+        import rocksdict  # noqa: F401  (the driver faust-streaming's rocksdb:// store uses)
+
+        out["rocksdb_driver"] = f"rocksdict {version('rocksdict')}"
+    except ImportError:
+        out["rocksdb_recovery_s_cold"] = out["rocksdb_recovery_s_warm"] = None
+        out["rocksdb_not_measured"] = ("faust-streaming's rocksdb:// store needs the rocksdict (or python-rocksdb) "
+                                       "package, which is not installed in this environment: "
+                                       "pip install rocksdict")
+    mem = await run_probe("memory://", bootstrap, s.changelog_topic, s.partitions, f"{s.topic_prefix}probe-memory",
+                          tmp / "probe-memory", tmp / "probe-memory.log")
+    out["memory_store_recovery_s"] = mem["recovery_s"]
+    out["memory_store"] = mem
+    if "rocksdb_not_measured" not in out:
+        app_id, datadir = f"{s.topic_prefix}probe-rocksdb", tmp / "probe-rocksdb"
+        cold = await run_probe("rocksdb://", bootstrap, s.changelog_topic, s.partitions, app_id, datadir,
+                               tmp / "probe-rocksdb-cold.log")
+        warm = await run_probe("rocksdb://", bootstrap, s.changelog_topic, s.partitions, app_id, datadir,
+                               tmp / "probe-rocksdb-warm.log")
+        cold["disk_mb"] = round(sum(f.stat().st_size for f in datadir.rglob("*") if f.is_file()) / 1e6, 1)
+        out["rocksdb_recovery_s_cold"] = cold["recovery_s"]
+        out["rocksdb_recovery_s_warm"] = warm["recovery_s"]
+        out["rocksdb_cold"] = cold
+        out["rocksdb_warm"] = warm
+        out["rocksdb_speedup_cold"] = round(mem["recovery_s"] / cold["recovery_s"], 2)
+        out["rocksdb_speedup_warm"] = round(mem["recovery_s"] / warm["recovery_s"], 2)
+        for name, r in (("memory", mem), ("rocksdb_cold", cold), ("rocksdb_warm", warm)):
+            if r["keys"] != live_keys:
+                out.setdefault("key_count_mismatch", {})[name] = r["keys"]
+    elif mem["keys"] != live_keys:
+        out["key_count_mismatch"] = {"memory": mem["keys"]}
+    return out
+
+
+async def main_async(args) -> dict:
+    lo, hi = (int(x) for x in args.calls.split(":"))
+    tmp = Path(tempfile.mkdtemp(prefix="loopwarden-recovery-"))
+    (tmp / "config.json").write_text(json.dumps(CONFIG))
+    broker = None
+    bootstrap = args.bootstrap
+    procs: list[subprocess.Popen] = []
+    try:
+        if not bootstrap:
+            broker = localkafka.start(tmp / "kafka", heap=BROKER_HEAP, full_jit=True, fresh=True)
+            bootstrap = broker.bootstrap
+        prefix = f"rec-{uuid.uuid4().hex[:6]}."
+        s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": args.partitions},
+                               env={})
+        await create_topics(s)
+        extra = ["--partitions", str(args.partitions)]
+        if args.flush_interval_ms is not None:
+            extra += ["--flush-interval-ms", str(args.flush_interval_ms)]
+
+        t = time.monotonic()
+        lines, calls = make_events(args.runs, lo, hi)
+        gen_s = time.monotonic() - t
+
+        # 1. Load the runs through a worker, stop it, check the changelog.
+        loop = asyncio.get_running_loop()
+        t = time.monotonic()
+        load, load_port = await loop.run_in_executor(None, start_worker, bootstrap, prefix, tmp, "load", extra)
+        empty_start_s = time.monotonic() - t
+        procs.append(load)
+        cpu0, t = cpu_seconds(load.pid), time.monotonic()
+        await preload(bootstrap, s.events_topic, lines)
+        await wait_for_count(bootstrap, s.decisions_topic, calls, 1800)
+        load_s = time.monotonic() - t
+        load_cpu = cpu_seconds(load.pid) - cpu0
+        await asyncio.sleep(2 * (args.flush_interval_ms or settings_mod.Settings().flush_interval_ms) / 1000 + 5.5)
+        m = metrics(load_port)  # the gauge of active runs is updated every 5 s
+        loaded = {"events": len(lines), "tool_calls": calls, "load_s": round(load_s, 1),
+                  "events_per_s": round(len(lines) / load_s), "worker_cores": round(load_cpu / load_s, 2),
+                  "worker_rss_mb": rss_mb(load.pid), "worker_active_runs": m.get("loopwarden_active_runs"),
+                  "state_records_written": m.get("loopwarden_state_records_total"),
+                  "generate_s": round(gen_s, 1)}
+        t = time.monotonic()
+        end(load)
+        loaded["sigterm_exit_s"] = round(time.monotonic() - t, 1)
+        loaded["sigterm_exit_code"] = load.returncode
+        del lines
+        changelog = await read_changelog(bootstrap, s.changelog_topic, s.partitions)
+        if changelog["live_keys"] != args.runs:
+            raise RuntimeError(f"the changelog holds {changelog['live_keys']} live runs, not {args.runs}")
+
+        # 2. A fresh worker recovers them.
+        port = localkafka.free_port()
+        t0 = time.monotonic()
+        fresh = spawn(worker_args(bootstrap, prefix, tmp, "fresh", port, extra), tmp / "worker-fresh.log")
+        procs.append(fresh)
+        rec = await first_decision(bootstrap, s, fresh, port, t0, probe_event())
+        rss_at_first_decision = rss_mb(fresh.pid)
+        await asyncio.sleep(5.5)  # one more update of the active-runs gauge
+        m = metrics(port)
+        result_worker = {
+            "recovery_s": rec["recovery_s"], "first_decision_s": rec["first_decision_s"],
+            "rss_mb": rss_mb(fresh.pid), "rss_mb_at_first_decision": rss_at_first_decision,
+            "active_runs_after_recovery": m.get("loopwarden_active_runs"),
+            "empty_start_s": round(empty_start_s, 2),
+            "fresh_worker_cpu_s": round(cpu_seconds(fresh.pid), 1),
+            "probe_produced_s": rec["probe_produced_s"], "probe_decision": rec["probe_decision"],
+            "health_states": rec["health_states"],
+        }
+        end(fresh)
+
+        # 3. The same changelog into a throw-away table: memory:// and rocksdb://.
+        stores = await rocksdb_part(bootstrap, s, tmp, changelog["live_keys"]) if not args.no_rocksdb else {
+            "rocksdb_not_measured": "skipped (--no-rocksdb)"}
+    finally:
+        for p in procs:
+            end(p)
+        if broker:
+            localkafka.stop(broker)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "benchmark": "recovery",
+        "runs": args.runs,
+        "changelog_records": changelog["records"],
+        **{k: result_worker[k] for k in ("recovery_s", "first_decision_s", "rss_mb")},
+        "memory_store_recovery_s": stores.get("memory_store_recovery_s"),
+        "rocksdb_recovery_s_cold": stores.get("rocksdb_recovery_s_cold"),
+        "rocksdb_recovery_s_warm": stores.get("rocksdb_recovery_s_warm"),
+        "worker": result_worker,
+        "changelog": changelog,
+        "load": loaded,
+        "table_probes": stores,
+        "settings": {
+            "broker": "external" if args.bootstrap else f"local, fresh, heap {BROKER_HEAP}, full JIT",
+            "partitions": args.partitions, "calls_per_run": args.calls,
+            "flush_interval_ms": args.flush_interval_ms or settings_mod.Settings().flush_interval_ms,
+            "worker": "streams.cli worker, defaults otherwise (memory:// store)",
+            "machine_cores": os.cpu_count(), "tmp": str(tmp) if args.keep else None,
+        },
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap", help="an existing broker (default: start a local one)")
+    ap.add_argument("--runs", type=int, default=100_000, help="active runs to recover (default 100000)")
+    ap.add_argument("--calls", default="2:5", help="tool calls per run, LO:HI, each with its result (default 2:5)")
+    ap.add_argument("--flush-interval-ms", type=float, help="passed to the workers (default: the worker's, 1000)")
+    ap.add_argument("--partitions", type=int, default=8, help="partitions of the topics (default 8)")
+    ap.add_argument("--no-rocksdb", action="store_true", help="skip the throw-away table probes")
+    ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs, broker data)")
+    # The throw-away table app (run as a child by this benchmark).
+    ap.add_argument("--table-probe", help=argparse.SUPPRESS)
+    ap.add_argument("--changelog", help=argparse.SUPPRESS)
+    ap.add_argument("--app-id", help=argparse.SUPPRESS)
+    ap.add_argument("--datadir", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.table_probe:
+        table_probe(args)
+        return
+    print(json.dumps(asyncio.run(stoppable(main_async(args))), indent=2))
+
+
+if __name__ == "__main__":
+    main()
