@@ -208,7 +208,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     d = sub.add_parser("demo", help="start a local broker, a worker and a short demo fleet; show decisions live",
                        description="The whole pipeline on this machine: a local Kafka broker, one worker, "
-                       "gateways that run normal and looping agents; a live table of decisions; then "
+                       "gateways that run normal and looping agents; `loopwarden top` on their decisions; then "
                        "everything is stopped.")
     d.add_argument("--seconds", type=float, default=20.0, help="how long the fleet runs (default 20)")
     d.add_argument("--gateways", type=int, default=3, help="gateways in the fleet (default 3)")

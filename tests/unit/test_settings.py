@@ -34,3 +34,8 @@ def test_security_settings_reach_the_kafka_clients():
 def test_bad_values_are_named(env, flags, message):
     with pytest.raises(SettingsError, match=message):
         build(flags, env=env)
+
+
+def test_the_sasl_password_never_shows_in_the_settings_repr():
+    s = build({"sasl_username": "alice", "sasl_password": "s3cret-pass"}, env={})
+    assert "s3cret-pass" not in repr(s) and "alice" in repr(s)
