@@ -1,7 +1,7 @@
 """Soak: does a worker's memory stay flat under steady load for half an hour?
 
     python -m benchmarks.soak [--bootstrap HOST:PORT] [--minutes 30] [--rate 400]
-                              [--gateways 4] [--runs-per-gateway 100] [--abandon-share 0.05]
+                              [--gateways 4] [--runs-per-gateway 200] [--abandon-share 0.05]
                               [--loop-share 0.2] [--warmup-minutes M] [--sample-s 10]
 
 Without --bootstrap it starts its own local broker (fresh folder, 512 MB heap, full JIT)
@@ -12,11 +12,13 @@ One worker, with `loopwarden.runIdleTimeoutMs` 60000 in its config and
 --gateways GatewayClients in this process (privacy mode, the client's defaults) keep
 --rate checks per second in all, each gateway paced at its share; each gateway keeps
 --runs-per-gateway runs going at once, so a run makes a call about every
-runs-per-gateway / (rate / gateways) seconds (1 s by default). A run makes 5-40 calls,
+runs-per-gateway / (rate / gateways) seconds (2 s by default: enough runs that the rate
+holds even while decisions take over a second; `slots_dropped` counts the calls the
+pacer could not place because every run was still waiting). A run makes 5-40 calls,
 each a check and, unless blocked, the tool's result, then its run_end; the calls are
 benchmarks/trace.py's (varied tools and params; --loop-share of the runs slide into a
-repeat, poll, ping-pong or unknown-tool loop and get warned, blocked or aborted; an
-aborted run ends at once). --abandon-share of the runs never send run_end (a crashed
+repeat, poll, ping-pong or unknown-tool loop and get warned and blocked; a blocked call
+sends no result, and a run the worker aborts ends at once). --abandon-share of the runs never send run_end (a crashed
 gateway): the worker must evict them. The client stamps every event with the wall
 clock (`ts`, ms), which is the event time the eviction goes by.
 
@@ -285,7 +287,7 @@ async def main_async(args) -> dict:
         "actions": stats.actions, "degraded": stats.degraded, "degraded_by_client": degraded_by_client,
         "slots_dropped": sum(p.dropped for p in pacers),
         "errors": stats.errors,
-        "median_p99_ms": median(p99s) if (p99s := [r["p99_ms"] for r in series if r["p99_ms"] is not None]) else None,
+        "median_p99_ms": round(median(p99s), 1) if (p99s := [r["p99_ms"] for r in series if r["p99_ms"] is not None]) else None,
         "final_metrics": {k: final.get(k) for k in ("loopwarden_active_runs", "loopwarden_runs_evicted_total",
                                                      "loopwarden_events_total", "loopwarden_state_records_total")},
         "worker_alive_at_end": worker_alive,
@@ -307,7 +309,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=30.0, help="how long the load runs (default 30)")
     ap.add_argument("--rate", type=float, default=400.0, help="checks per second, all gateways (default 400)")
     ap.add_argument("--gateways", type=int, default=4, help="GatewayClients (default 4)")
-    ap.add_argument("--runs-per-gateway", type=int, default=100, help="concurrent runs per gateway (default 100)")
+    ap.add_argument("--runs-per-gateway", type=int, default=200, help="concurrent runs per gateway (default 200)")
     ap.add_argument("--abandon-share", type=float, default=0.05, help="runs that never send run_end (default 0.05)")
     ap.add_argument("--loop-share", type=float, default=0.2, help="runs that slide into a loop (default 0.2)")
     ap.add_argument("--idle-timeout-ms", type=int, default=IDLE_TIMEOUT_MS,
