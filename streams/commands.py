@@ -45,9 +45,14 @@ async def create_topics(s: settings_mod.Settings) -> list[str]:
 
     from .errors import SettingsError, broker_error, connect_errors
 
+    # The changelog gets one record per touched run per flush; compaction (one record a
+    # run) only reaches closed segments, and Kafka's default segment (1 GiB or 7 days)
+    # closes too rarely, so a recovering worker would read every write ever made
+    # (benchmarks/recovery.py: 500,938 records for 100,000 runs, about 4,400 a second).
+    compacted = {"cleanup.policy": "compact", "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"}
     specs = [
-        (s.events_topic, "delete"), (s.decisions_topic, "delete"), (s.deadletter_topic, "delete"),
-        (s.changelog_topic, "compact"),
+        (s.events_topic, {"cleanup.policy": "delete"}), (s.decisions_topic, {"cleanup.policy": "delete"}),
+        (s.deadletter_topic, {"cleanup.policy": "delete"}), (s.changelog_topic, compacted),
     ]
     if "SASL" in s.security_protocol and (s.sasl_username is None or s.sasl_password is None):
         raise SettingsError(f"security protocol {s.security_protocol} needs --sasl-username and --sasl-password")
@@ -68,8 +73,7 @@ async def create_topics(s: settings_mod.Settings) -> list[str]:
     created = []
     try:
         existing = set(await admin.list_topics())
-        todo = [NewTopic(n, s.partitions, s.replication, topic_configs={"cleanup.policy": c})
-                for n, c in specs if n not in existing]
+        todo = [NewTopic(n, s.partitions, s.replication, topic_configs=c) for n, c in specs if n not in existing]
         if todo:
             try:
                 await admin.create_topics(todo)

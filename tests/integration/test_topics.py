@@ -27,7 +27,10 @@ async def describe(bootstrap: str, names: list[str]) -> dict[str, tuple[int, str
         for r in resp:
             for res in r.resources:
                 name, entries = res[3], res[4]
-                policy[name] = next(e[1] for e in entries if e[0] == "cleanup.policy")
+                conf = {e[0]: e[1] for e in entries}
+                policy[name] = conf["cleanup.policy"]
+                if conf["cleanup.policy"] == "compact":  # segments that close, so compaction happens
+                    assert int(conf["segment.ms"]) <= 600_000, conf["segment.ms"]
         return {n: (parts[n], policy[n]) for n in names}
     finally:
         await admin.close()
