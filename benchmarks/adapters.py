@@ -26,7 +26,7 @@ from agents.tool_guardrails import ToolInputGuardrailData, ToolOutputGuardrailDa
 from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
-from benchmarks.kafka import end, start_worker
+from benchmarks.kafka import end, own_broker, start_worker
 from streams import localkafka
 from streams import settings as settings_mod
 from streams.client import GatewayClient
@@ -118,11 +118,7 @@ async def measure(client: GatewayClient, calls: int) -> dict:
 
 async def run(args) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="loopwarden-adapters-"))
-    broker = None
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        broker = localkafka.start(tmp / "kafka", heap="512m", fresh=True)
-        bootstrap = broker.bootstrap
+    bootstrap, broker = own_broker(args.bootstrap, tmp)
     proc = None
     try:
         prefix = f"bench-ad-{int(time.time())}."

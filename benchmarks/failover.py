@@ -32,7 +32,7 @@ from statistics import median
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
-from benchmarks.kafka import end, start_worker
+from benchmarks.kafka import end, own_broker, start_worker
 from streams import localkafka
 from streams import settings as settings_mod
 from streams.commands import create_topics
@@ -106,11 +106,7 @@ def gaps(arrivals: list[tuple[float, int]], start: float, start_ms: int, stop: f
 
 async def run(args) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="loopwarden-failover-"))
-    broker = None
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        broker = localkafka.start(tmp / "kafka", heap="512m", fresh=True)
-        bootstrap = broker.bootstrap
+    bootstrap, broker = own_broker(args.bootstrap, tmp)
     procs: dict[int, tuple] = {}
     try:
         prefix = f"fo{os.getpid()}."

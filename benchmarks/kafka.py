@@ -241,6 +241,24 @@ async def loopwarden_latency(bootstrap: str, rate: float, seconds: float, tmp: P
         end(worker)
 
 
+def own_broker(bootstrap: str | None, tmp: Path, heap: str = "512m") -> tuple[str, localkafka.Broker | None]:
+    """The broker to measure on: the one given, or a fresh local one (stop it after)."""
+    if bootstrap:
+        return bootstrap, None
+    broker = localkafka.start(tmp / "kafka", heap=heap, fresh=True)
+    return broker.bootstrap, broker
+
+
+async def publish(bootstrap: str, records: list[Record]) -> None:
+    """Publish records in explicit produce batches and wait for every acknowledgement."""
+    p = Publisher({"bootstrap_servers": bootstrap})
+    await p.start()
+    try:
+        await p.publish(records)
+    finally:
+        await p.stop()
+
+
 async def preload(bootstrap: str, topic: str, lines: list[bytes]) -> None:
     """Publish the events keyed by run_id in explicit produce batches: a fraction of a
     second, so the load generator hardly competes with what is measured for the cores."""
@@ -248,12 +266,7 @@ async def preload(bootstrap: str, topic: str, lines: list[bytes]) -> None:
     for ln in lines:
         run = ln[ln.index(b'"run_id":"') + 10:]
         records.append(Record(topic, run[: run.index(b'"')], ln))
-    p = Publisher({"bootstrap_servers": bootstrap})
-    await p.start()
-    try:
-        await p.publish(records)
-    finally:
-        await p.stop()
+    await publish(bootstrap, records)
 
 
 def partitions_of(c: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:

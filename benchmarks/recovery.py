@@ -66,13 +66,13 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from benchmarks.kafka import CONFIG, cpu_seconds, end, preload, spawn, start_worker, wait_for_count
+from benchmarks.kafka import CONFIG, cpu_seconds, end, preload, publish, spawn, start_worker, wait_for_count
 from benchmarks.trace import LOOP_KINDS, _run_events
 from streams import localkafka
 from streams import settings as settings_mod
 from streams.client import partition_for
 from streams.commands import create_topics
-from streams.publisher import Publisher, Record
+from streams.publisher import Record
 
 BROKER_HEAP = "768m"
 PROBE_RUN = "run-000000"
@@ -329,12 +329,7 @@ async def compacted_part(bootstrap: str, s: settings_mod.Settings, tmp: Path,
     finally:
         await admin.close()
     records = [Record(topic, k, v, None, part) for k, (part, v) in latest.items() if v is not None]
-    p = Publisher({"bootstrap_servers": bootstrap})
-    await p.start()
-    try:
-        await p.publish(records)
-    finally:
-        await p.stop()
+    await publish(bootstrap, records)
     r = await run_probe("memory://", bootstrap, topic, s.partitions, f"{s.topic_prefix}probe-compacted",
                         tmp / "probe-compacted", tmp / "probe-compacted.log")
     r["changelog_records"] = len(records)

@@ -154,6 +154,18 @@ async def lc_agent(s, gateway_id: str, calls, **client_kw):
     return decisions, model.inputs, out
 
 
+def warned_then_blocked(decisions: list, detector: str | None) -> bool:
+    """A normal agent (detector None) is only ever allowed: False. A loop is warned, then
+    blocked, by `detector`: True."""
+    actions = [d.action for d in decisions]
+    if detector is None:
+        assert set(actions) == {"allow"} and all(d.level == "none" for d in decisions)
+        return False
+    assert "warn" in actions and "block" in actions and actions.index("warn") < actions.index("block")
+    assert {d.detector for d in decisions if d.action in ("warn", "block")} == {detector}
+    return True
+
+
 @pytest.mark.parametrize("calls,detector", [(REPEAT, "generic_repeat"), (PING_PONG, "ping_pong"),
                                             (POLL, "known_poll_no_progress"), (VARIED, None)],
                          ids=["repeat", "ping-pong", "poll", "varied"])
@@ -165,12 +177,8 @@ def test_langchain_agent_is_warned_then_blocked_as_replay_decides(bootstrap, liv
     events = run_events(bootstrap, s.events_topic, run_id)
     assert isinstance(events[-1], RunEnd)
     assert replay(events, load_config(json.dumps(CONFIG))) == decisions
-    actions = [d.action for d in decisions]
-    if detector is None:
-        assert set(actions) == {"allow"} and all(d.level == "none" for d in decisions)
+    if not warned_then_blocked(decisions, detector):
         return
-    assert "warn" in actions and "block" in actions and actions.index("warn") < actions.index("block")
-    assert {d.detector for d in decisions if d.action in ("warn", "block")} == {detector}
     for i, d in enumerate(decisions):  # the model's next input ends with this call's ToolMessage
         last = inputs[i + 1][-1]
         assert isinstance(last, ToolMessage) and last.tool_call_id == f"call-{i}"
@@ -294,12 +302,8 @@ def test_openai_agent_is_warned_then_blocked_as_replay_decides(bootstrap, live, 
     assert isinstance(events[-1], RunEnd)
     assert replay(events, load_config(json.dumps(CONFIG))) == decisions
     assert len(ran) == sum(d.action != "block" for d in decisions)
-    actions = [d.action for d in decisions]
-    if detector is None:
-        assert set(actions) == {"allow"} and all(d.level == "none" for d in decisions)
+    if not warned_then_blocked(decisions, detector):
         return
-    assert "warn" in actions and "block" in actions and actions.index("warn") < actions.index("block")
-    assert {d.detector for d in decisions if d.action in ("warn", "block")} == {detector}
     for i, d in enumerate(decisions):
         call_id, text = last_output(model.inputs[i + 1])
         assert call_id == f"call-{i}"
