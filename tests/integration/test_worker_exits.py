@@ -46,22 +46,32 @@ def log_since(w: WorkerProcess, offset: int) -> str:
         return f.read().decode(errors="replace")
 
 
-def watch_until_exit(w: WorkerProcess, offset: int, timeout: float) -> tuple[float, list[str]]:
-    """Poll /health until the process exits: (seconds it took, statuses seen after the
-    crash was logged). The log (from `offset`, where this start's lines begin) is read
-    before /health each time, so an 'ok' counted here was answered after the crash."""
+def watch_until_exit(w: WorkerProcess, offset: int, timeout: float, crash_within: float
+                     ) -> tuple[float | None, list[str]]:
+    """Poll /health until the process exits: (seconds from the crash line to the exit, or
+    None if no crash was logged within `crash_within` s of the start; the statuses seen
+    after the crash was logged). The log (from `offset`, where this start's lines begin)
+    is read before /health each time, so an 'ok' counted here was answered after the
+    crash."""
     t0 = time.monotonic()
+    crashed_at = None
     after_crash: list[str] = []
     assert w.proc is not None
     while w.proc.poll() is None:
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"worker still running after {timeout}s:\n{w.tail()}")
-        crashed = "stopping the worker" in log_since(w, offset)
+        now = time.monotonic()
+        if crashed_at is None and now - t0 > crash_within:
+            return None, after_crash
+        if crashed_at is not None and now - crashed_at > timeout:
+            raise AssertionError(f"worker still running {timeout}s after its crash:\n{w.tail()}")
+        if crashed_at is None and "stopping the worker" in log_since(w, offset):
+            crashed_at = now
         h = w.health()
-        if crashed:
+        if crashed_at is not None:
             after_crash.append(h["status"] if h else "no answer")
         time.sleep(0.05)
-    return time.monotonic() - t0, after_crash
+    if crashed_at is None:  # it crashed and exited between two polls
+        crashed_at = time.monotonic()
+    return time.monotonic() - crashed_at, after_crash
 
 
 def doomed_worker(bootstrap: str, tmp_path, workers: list) -> tuple:
@@ -76,19 +86,29 @@ def doomed_worker(bootstrap: str, tmp_path, workers: list) -> tuple:
 
 def test_a_worker_whose_output_cannot_be_published_exits_every_time(bootstrap, tmp_path, workers):
     s, w = doomed_worker(bootstrap, tmp_path, workers)
-    took, codes, seen = [], [], []
-    for i in range(20):
+    took, codes, seen, stalls = [], [], [], 0
+    starts = 0
+    while len(took) < 20 and starts < 24:
+        starts += 1
         # From the second start on, the unacknowledged events of the last one are
         # replayed at once: the worker may crash before it ever says it is healthy.
         offset = w.log.stat().st_size if w.log.exists() else 0
         w.start(wait=False)
         # New events each time, beside the ones the last worker left unacknowledged.
-        produce(bootstrap, s.events_topic, event_records(calls(f"run-{i}", 20)))
-        secs, statuses = watch_until_exit(w, offset, BOUND_S + 15)
+        produce(bootstrap, s.events_topic, event_records(calls(f"run-{starts}", 20)))
+        secs, statuses = watch_until_exit(w, offset, BOUND_S + 15, crash_within=40)
+        if secs is None:
+            # A start that never folded anything (seen about once in 60 quick restarts:
+            # Faust said "Worker ready" and fetched nothing). Not the crash path under
+            # test; it is counted, and more than one fails the test.
+            stalls += 1
+            w.kill()
+            continue
         took.append(secs)
         codes.append(w.proc.returncode)
         seen.extend(statuses)
         assert "stopping the worker: output could not be published" in log_since(w, offset), w.tail()
+    assert len(took) == 20 and stalls <= 1, (len(took), stalls)
     assert all(c != 0 for c in codes), codes
     assert max(took) < BOUND_S, took
     assert "ok" not in seen, seen
