@@ -18,36 +18,38 @@ import os
 import random
 
 from benchmarks.trace import CONFIG, _run_events
-from detectors import apply, decode_event, encode_state, load_config
+from detectors import Folded, encode_state, fold, load_config
 
 config = load_config(json.dumps(CONFIG))
 
 
+def final_states(events) -> dict:
+    """Each run's state after its events, through the one fold (detectors.ingest)."""
+    source = ((i, None, json.dumps(e).encode()) for i, e in enumerate(events))
+    return {f.event.run_id: f.after for f in fold(source, config, keyed=False) if isinstance(f, Folded)}
+
+
 def typical_states(n: int) -> dict:
     rng = random.Random(3)
-    states = {}
-    for i in range(n):
-        run = f"run-{i:06d}"
-        state = None
-        for k, ev in enumerate(_run_events(rng, run, f"gw-{i % 16}", 20, None)):
-            if ev["type"] == "run_end":
-                break
-            state, _ = apply(state, decode_event(json.dumps(ev)), config)
-        states[run] = state
-    return states
+
+    def events():
+        for i in range(n):
+            run = f"run-{i:06d}"
+            for ev in _run_events(rng, run, f"gw-{i % 16}", 20, None):
+                if ev["type"] == "run_end":
+                    break  # keep the state the run had before it ended
+                yield ev
+    return final_states(events())
 
 
 def worst_states(n: int) -> dict:
-    states = {}
-    for i in range(n):
-        run = f"worst-{i:05d}"
-        state = None
-        for seq in range(3600):  # 300 signatures, each called 12 times in a row: every bound is reached
-            e = {"type": "tool_call", "run_id": run, "seq": seq, "gateway_id": "gw-01", "tool_name": "read",
-                 "tool_call_id": f"{run}-{seq}", "params": {"path": f"/p/{seq // 12}"}}
-            state, _ = apply(state, decode_event(json.dumps(e)), config)
-        states[run] = state
-    return states
+    def events():
+        for i in range(n):
+            run = f"worst-{i:05d}"
+            for seq in range(3600):  # 300 signatures, each called 12 times in a row: every bound is reached
+                yield {"type": "tool_call", "run_id": run, "seq": seq, "gateway_id": "gw-01", "tool_name": "read",
+                       "tool_call_id": f"{run}-{seq}", "params": {"path": f"/p/{seq // 12}"}}
+    return final_states(events())
 
 
 def rss_bytes() -> int:

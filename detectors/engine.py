@@ -1,9 +1,6 @@
-"""The fold: `apply(state, event, config) -> (state, decisions)`, and `replay` on top."""
+"""The fold of one event: `apply(state, event, config) -> (state, decisions)`."""
 
 from __future__ import annotations
-
-from collections.abc import Iterable, Iterator
-from typing import NamedTuple
 
 from msgspec.structs import replace
 
@@ -160,32 +157,3 @@ def apply(state: RunState | None, ev: Event, config: DetectionConfig) -> tuple[R
     if cfg.guard:
         return replace(state, last_seq=ev.seq, last_ts=ts, guard_left=cfg.window, guard_window=()), ()
     return replace(state, last_seq=ev.seq, last_ts=ts), ()
-
-
-class Rejected(NamedTuple):
-    """An event that could not be applied, in replay order."""
-
-    index: int
-    event: Event
-    error: StaleSeqError
-
-
-def replay_iter(events: Iterable[Event], config: DetectionConfig) -> Iterator[Decision | Rejected]:
-    """Fold a stream of events over per-run states, yielding decisions as produced."""
-    states: dict[str, RunState] = {}
-    for i, ev in enumerate(events):
-        try:
-            new, decisions = apply(states.get(ev.run_id), ev, config)
-        except StaleSeqError as exc:
-            yield Rejected(i, ev, exc)
-            continue
-        if new is None:
-            states.pop(ev.run_id, None)
-        else:
-            states[ev.run_id] = new
-        yield from decisions
-
-
-def replay(events: Iterable[Event], config: DetectionConfig) -> list[Decision]:
-    """Every decision the events yield, in order (rejected events yield none)."""
-    return [d for d in replay_iter(events, config) if isinstance(d, Decision)]

@@ -1,18 +1,23 @@
-"""Admitting one message and folding it: the checks and the step every reader shares.
+"""The one ingest path: admitting a message, folding it, and the loop over a source.
 
-The worker (a Kafka batch), `loopwarden replay` (a file) and the coming topic audit
-read events through `admit` and fold them through `step`, so a message is refused for
-the same reason, or decided the same way, wherever it is read. Nothing here raises
-anything but an EventError for bad input, whatever the bytes.
+The worker (a Kafka batch), `loopwarden replay` (a file) and the topic audit all fold
+their messages through `fold`, which admits each one (`admit`) and folds it (`step`),
+so a message is refused for the same reason, or decided the same way, wherever it is
+read. Nothing here raises anything but an EventError for bad input, whatever the bytes.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
 
 from .config import DetectionConfig
 from .engine import apply
 from .errors import DecodeError, EventError, OversizeError
 from .state import RunState
-from .wire import Decision, Event, decode_event, encode
+from .wire import Decision, Event, _Event, decode_event, encode
+
+DEFAULT_MAX_EVENT_BYTES = 1 << 20  # wire-format.md: a reader's default limit per event
 
 
 class MissingKey(EventError):
@@ -69,3 +74,84 @@ def step(state: RunState | None, ev: Event, config: DetectionConfig
         raise
     except Exception as exc:
         raise InternalError(f"{type(exc).__name__}: {exc}") from None
+
+
+class Folded(NamedTuple):
+    """An event folded: its run's state before and after, and what it decided."""
+
+    position: Any  # where the source read it (a line number, a Kafka message, an index)
+    key: bytes | None
+    event: Event
+    before: RunState | None
+    after: RunState | None  # None: the run ended, its state is to be dropped
+    decisions: tuple[Decision, ...]
+    encoded: list[bytes]  # each decision's JSON, in the same order
+
+
+class SetAside(NamedTuple):
+    """A message that could not be folded: a dead letter, with its reason."""
+
+    position: Any
+    key: bytes | None
+    value: bytes | None
+    error: EventError
+
+
+_UNSEEN: Any = object()
+
+
+def fold(
+    source: Iterable[tuple[Any, bytes | None, bytes | Event | None]],
+    config: DetectionConfig,
+    *,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    keyed: bool = True,
+    load: Callable[[str, Any], RunState | None] | None = None,
+) -> Iterator[Folded | SetAside]:
+    """Fold messages over their runs' states: the one loop every reader runs.
+
+    `source` yields `(position, key, value)`: a Kafka batch, the lines of a file, a topic
+    read for an audit. `value` is the message's bytes (or, from the offline API, an event
+    already decoded). For each message this yields what became of it, in order: a
+    `Folded` (its decisions, its run's state before and after), or a `SetAside` (a dead
+    letter). A caller differs from another only in its source and in what it does with
+    these: write decisions to a file, publish them, stage the touched states.
+
+    Run states live in a dict for the duration of the fold. A run not seen yet is read
+    with `load(run_id, position)` (the worker's store), or starts empty without a
+    loader; a run that ended stays ended (None) until its next event, so a loader is
+    not asked again for a state the fold has already dropped.
+    """
+    states: dict[str, RunState | None] = {}
+    get = states.get
+    for position, key, value in source:
+        try:
+            ev = value if isinstance(value, _Event) else admit(value, key, max_event_bytes, keyed)  # type: ignore[arg-type]
+            run = ev.run_id
+            before = get(run, _UNSEEN)
+            if before is _UNSEEN:
+                before = load(run, position) if load is not None else None
+            after, decisions, encoded = step(before, ev, config)
+        except EventError as exc:
+            yield SetAside(position, key, value if not isinstance(value, _Event) else None, exc)
+            continue
+        if after is not None or load is not None:
+            states[run] = after
+        else:
+            states.pop(run, None)  # nothing to shadow: forget the run (memory stays bounded)
+        yield Folded(position, key, ev, before, after, decisions, encoded)
+
+
+def replay_iter(events: Iterable[Event], config: DetectionConfig) -> Iterator[Decision | SetAside]:
+    """The decisions of decoded events, in order, and the events that could not be
+    applied (a stale duplicate), as they occur (`SetAside.position` is the index)."""
+    for out in fold(((i, None, ev) for i, ev in enumerate(events)), config, keyed=False):
+        if isinstance(out, Folded):
+            yield from out.decisions
+        else:
+            yield out
+
+
+def replay(events: Iterable[Event], config: DetectionConfig) -> list[Decision]:
+    """Every decision the events yield, in order (rejected events yield none)."""
+    return [d for d in replay_iter(events, config) if isinstance(d, Decision)]

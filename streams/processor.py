@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterable, NamedTuple, Protocol
+from typing import Callable, Iterable, NamedTuple, Protocol
 
 from detectors import DetectionConfig, EventError, RunState, decode_state, encode_state
-from detectors.ingest import KeyMismatch, MissingKey, admit, step
+from detectors.ingest import KeyMismatch, MissingKey, SetAside, fold
 from detectors.wire import Decision
 
 from .metrics import Metrics
@@ -62,9 +62,6 @@ def dead_letter(msg: Incoming, err: EventError) -> DeadLetter:
     return DeadLetter(key, value, headers)
 
 
-_MISSING = object()
-
-
 class BatchResult(NamedTuple):
     decisions: list[Decision]
     encoded: list[bytes]  # each decision's JSON, in the same order
@@ -87,43 +84,42 @@ def process_batch(
     """Fold a batch; `load(key)` reads a run's stored state (a RunState, or the bytes a
     changelog recovery put there). Never raises for bad input: whatever a message holds,
     it yields decisions or one dead letter (detectors.ingest)."""
-    states: dict[bytes, Any] = {}
-    dirty: set[bytes] = set()
+    writes: dict[bytes, RunState | None] = {}
     decisions: list[Decision] = []
     encoded: list[bytes] = []
     dead: list[DeadLetter] = []
     ended: dict[bytes, tuple[RunState, int]] = {}
     where: dict[bytes, int] = {}
     newest: dict[int, int] = {}
-    for msg in messages:
-        try:
-            ev = admit(msg.value, msg.key, max_event_bytes)
-            key = msg.key
-            state = states.get(key, _MISSING)
-            if state is _MISSING:
-                state = _load_state(load, key, msg.offset)
-            new, ds, raw = step(state, ev, config)
-        except EventError as exc:
+
+    def stored(run: str, msg: Incoming) -> RunState | None:
+        return _load_state(load, run.encode(), msg.offset)
+
+    source = ((m, m.key, m.value) for m in messages)
+    for out in fold(source, config, max_event_bytes=max_event_bytes, load=stored):
+        msg = out.position
+        if type(out) is SetAside:
+            exc = out.error
             if exc.reason == "internal_error":
                 log.error("event at %s[%d]@%d set aside: %s", msg.topic, msg.partition, msg.offset, exc)
             dead.append(dead_letter(msg, exc))
             if metrics:
                 metrics.dead_letters.labels(exc.reason).inc()
             continue
-        ts = ev.ts
+        ts = out.event.ts
         if ts is not None and ts > newest.get(msg.partition, ts - 1):
             newest[msg.partition] = ts
+        new, state, key = out.after, out.before, out.key
         if new is not state:
-            states[key] = new
-            dirty.add(key)
+            writes[key] = new
             where[key] = msg.partition
             if new is None and state is not None:
                 ended[key] = (state, msg.offset)
             elif new is not None:
                 ended.pop(key, None)
-        decisions.extend(ds)
-        encoded.extend(raw)
-    return BatchResult(decisions, encoded, dead, {k: states[k] for k in dirty}, where, newest, ended)
+        decisions.extend(out.decisions)
+        encoded.extend(out.encoded)
+    return BatchResult(decisions, encoded, dead, writes, where, newest, ended)
 
 
 # A changelog record of a run that has ended: this prefix (a byte msgpack never starts

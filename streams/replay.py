@@ -8,10 +8,8 @@ import sys
 from collections import Counter
 from typing import BinaryIO, TextIO
 
-from detectors import DetectionConfig, EventError, RunState
-from detectors.ingest import admit, step
-
-DEFAULT_MAX_EVENT_BYTES = 1 << 20
+from detectors import DetectionConfig
+from detectors.ingest import DEFAULT_MAX_EVENT_BYTES, SetAside, fold
 
 
 class ReplayReport:
@@ -71,7 +69,6 @@ def run_replay(
 ) -> ReplayReport:
     """Fold every line of `src` and write the decisions to `dst` as JSONL."""
     report = ReplayReport()
-    states: dict[str, RunState] = {}
     progress = _Progress(total_bytes)
     out: list[bytes] = []
     seen = 0
@@ -86,35 +83,32 @@ def run_replay(
     events = decisions_n = 0
     actions = report.actions
     detectors = report.detectors
-    get = states.get
     write = dst.write
-    try:
+
+    def lines():
+        nonlocal seen, events
         for lineno, line in enumerate(src, 1):
             seen += len(line)
             if not lineno & 8191:
                 progress.update(seen)
                 write(b"".join(out))
                 out.clear()
-            line = line.rstrip(b"\r\n")
             events += 1
-            # The same checks and fold as the worker's (detectors.ingest): a blank line is
-            # an empty message, a bad event there; a file has no keys to check.
-            try:
-                ev = admit(line, None, max_event_bytes, keyed=False)
-                run = ev.run_id
-                state, decisions, encoded = step(get(run), ev, config)
-            except EventError as exc:
-                if exc.reason == "stale_seq":
+            yield lineno, None, line.rstrip(b"\r\n")
+
+    try:
+        # The worker's fold (detectors.ingest): a blank line is an empty message, a bad
+        # event there; a file has no keys to check.
+        for folded in fold(lines(), config, max_event_bytes=max_event_bytes, keyed=False):
+            if type(folded) is SetAside:
+                reason = folded.error.reason
+                if reason == "stale_seq":
                     report.stale += 1
                 else:
                     report.bad += 1
-                set_aside(lineno, line, exc.reason, str(exc))
+                set_aside(folded.position, folded.value or b"", reason, str(folded.error))
                 continue
-            if state is None:
-                states.pop(run, None)
-            else:
-                states[run] = state
-            for d, raw in zip(decisions, encoded):
+            for d, raw in zip(folded.decisions, folded.encoded):
                 out.append(raw)
                 out.append(b"\n")
                 decisions_n += 1

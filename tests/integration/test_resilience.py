@@ -11,7 +11,7 @@ import time
 import pytest
 
 from benchmarks.trace import generate
-from detectors import DetectionConfig, apply, decode_event, encode, encode_state, replay
+from detectors import DetectionConfig, Folded, decode_event, encode, encode_state, fold, replay
 from tests.integration.harness import (
     WorkerProcess, consume, decisions_by_partition, event_records, fresh_worker, new_prefix, produce, setup_topics,
 )
@@ -153,11 +153,9 @@ def test_a_stopped_worker_leaves_every_run_state_in_the_changelog(bootstrap, tmp
     events = [json.loads(x) for x in generate(1500, seed=23, concurrent=8)]
     cfg = DetectionConfig(CONFIG)
     final: dict[bytes, bytes | None] = {}
-    states: dict[str, object] = {}
-    for e in events:
-        ev = decode_event(json.dumps(e))
-        states[ev.run_id], _ = apply(states.get(ev.run_id), ev, cfg)
-        final[ev.run_id.encode()] = None if states[ev.run_id] is None else encode_state(states[ev.run_id])
+    for f in fold(((i, None, json.dumps(e).encode()) for i, e in enumerate(events)), cfg, keyed=False):
+        assert isinstance(f, Folded), f
+        final[f.event.run_id.encode()] = None if f.after is None else encode_state(f.after)
     assert any(v is None for v in final.values()) and any(v is not None for v in final.values())
     s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG, extra=("--flush-interval-ms", "60000"))
     produce(bootstrap, s.events_topic, event_records(events))
