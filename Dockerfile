@@ -4,7 +4,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY detectors ./detectors
 COPY streams ./streams
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir ".[worker]"
 COPY examples ./examples
 ENV LOOPWARDEN_WEB_HOST=0.0.0.0
 ENTRYPOINT ["loopwarden"]

@@ -27,10 +27,10 @@ from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from benchmarks.kafka import end, own_broker, start_worker
-from streams import localkafka
+from streams.tools import localkafka
 from streams import settings as settings_mod
 from streams.client import GatewayClient
-from streams.commands import create_topics
+from streams.topics import create_topics
 from streams.frameworks.langchain import RUN_KEY, LoopwardenMiddleware
 from streams.frameworks.openai_agents import LoopwardenGuard
 

@@ -33,9 +33,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
 from benchmarks.kafka import end, own_broker, start_worker
-from streams import localkafka
+from streams.tools import localkafka
 from streams import settings as settings_mod
-from streams.commands import create_topics
+from streams.topics import create_topics
 
 
 def health(port: int) -> dict | None:

@@ -42,11 +42,11 @@ from statistics import median
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from benchmarks.trace import generate
-from streams import localkafka
+from streams.tools import localkafka
 from streams import settings as settings_mod
 from streams.client import GatewayClient, partition_for
-from streams.commands import create_topics
-from streams.publisher import Publisher, Record
+from streams.topics import create_topics
+from streams.worker.producer import Publisher, Record
 
 ROOT = Path(__file__).resolve().parents[1]
 GATEWAYS = 8

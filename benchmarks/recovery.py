@@ -68,11 +68,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from benchmarks.kafka import CONFIG, cpu_seconds, end, preload, publish, spawn, start_worker, wait_for_count
 from benchmarks.trace import LOOP_KINDS, _run_events
-from streams import localkafka
+from streams.tools import localkafka
 from streams import settings as settings_mod
 from streams.client import partition_for
-from streams.commands import create_topics
-from streams.publisher import Record
+from streams.topics import create_topics
+from streams.worker.producer import Record
 
 BROKER_HEAP = "768m"
 PROBE_RUN = "run-000000"
@@ -268,7 +268,7 @@ def table_probe(args) -> None:
     app = faust.App(args.app_id, broker=f"kafka://{args.bootstrap}", store=args.table_probe, autodiscover=False,
                     web_enabled=False, datadir=args.datadir, topic_partitions=args.partitions,
                     consumer_auto_offset_reset="earliest")
-    # As the worker's table (streams/app.py) and the topic Faust would make for it, under
+    # As the worker's table (streams/worker/app.py) and the topic Faust would make for it, under
     # the worker's changelog name.
     changelog = app.topic(args.changelog, key_type=bytes, value_type=bytes, key_serializer="raw",
                           value_serializer="raw", partitions=args.partitions, compacting=True, acks=False,

@@ -1,25 +1,70 @@
-"""The `loopwarden` command: one entry point, one subcommand per job.
+"""The `loopwarden` command: every subcommand is registered here, and nowhere else.
 
-Exit codes: 0 success; 1 `Error: ...` (nothing or not everything was done);
-3 replay finished but some input lines were malformed (each named on stderr).
+Each subcommand is a `cmd_*` function that parses nothing itself and returns an
+ExitCode; the work lives in the module it names. The exit codes, for every subcommand:
+
+    0  done
+    1  error: `Error: ...` on stderr names it; nothing, or not everything, was done
+    2  the command line is wrong (argparse names the option), or a check found what it
+       looks for: `simulate` missed a loop or flagged a normal run
+    3  `replay` finished, but some input lines were malformed (each named on stderr)
+  130  stopped by Ctrl-C (SIGINT) before it was done (`top --once`, `demo`); a `worker`
+       only when its graceful stop did not finish in time (it exits 0 when it did)
+  143  stopped by SIGTERM: `demo`; a `worker` as for 130
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import enum
 import json
+import re
 import sys
+from pathlib import Path
 
 from detectors.errors import LoopwardenError
 
-EXIT_BAD_LINES = 3
+from . import settings as settings_mod
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    ERROR = 1
+    FOUND = 2  # also argparse's usage error
+    BAD_INPUT = 3
+    SIGINT = 130
+    SIGTERM = 143
+
+
+EPILOG = """exit codes: 0 done; 1 error (named on stderr); 2 wrong command line, or simulate
+found a missed loop or a flagged normal run; 3 replay skipped malformed lines; 130/143
+stopped by SIGINT/SIGTERM before done (a worker: only when its graceful stop had to be
+cut short)."""
+
+
+WORKER_PACKAGES = ("faust", "mode", "prometheus_client", "rich")
+
+
+@contextlib.contextmanager
+def _needs_worker_extra(command: str):
+    """A plain install has the client and the core only; say what to install."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in WORKER_PACKAGES:
+            raise
+        raise LoopwardenError(f"`loopwarden {command}` needs the worker extra ({exc.name} is not installed): "
+                              "pip install 'loopwarden[worker]'") from None
 
 
 def _read_config(path: str | None):
-    from .configfile import read_detection_config
+    return settings_mod.read_detection_config(path, warn=lambda p, w: print(f"warning: {p}: {w}", file=sys.stderr))
 
-    return read_detection_config(path, warn=lambda p, w: print(f"warning: {p}: {w}", file=sys.stderr))
+
+def _settings(args: argparse.Namespace) -> settings_mod.Settings:
+    return settings_mod.build(vars(args))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -46,8 +91,89 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(json.dumps(report.as_dict(), indent=None if args.json else 2), file=sys.stderr)
     if report.bad:
         print(f"{report.bad} malformed line(s) skipped", file=sys.stderr)
-        return EXIT_BAD_LINES
-    return 0
+        return ExitCode.BAD_INPUT
+    return ExitCode.OK
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    with _needs_worker_extra("worker"):
+        from .worker.app import run_worker
+
+    run_worker(_settings(args))
+    return ExitCode.OK
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    s = _settings(args)
+    from .topics import create_topics
+
+    created = asyncio.run(create_topics(s))
+    names = [s.events_topic, s.decisions_topic, s.deadletter_topic, s.changelog_topic]
+    if args.json:
+        print(json.dumps({"created": created, "topics": names}))
+    else:
+        for n in names:
+            print(f"{n}: {'created' if n in created else 'exists'}")
+    return ExitCode.OK
+
+
+def cmd_kafka(args: argparse.Namespace) -> int:
+    from .tools import localkafka
+
+    workdir = Path(args.dir)
+    if args.action == "fetch":
+        print(localkafka.fetch(quiet=False))
+    elif args.action == "start":
+        b = localkafka.start(workdir, port=args.port, heap=args.heap, fresh=args.fresh)
+        print(b.bootstrap)
+    elif args.action == "stop":
+        b = localkafka.running(workdir)
+        if b is None:
+            # Only a broker known to be running is signalled: a recorded pid may belong to
+            # another process by now.
+            print(f"no broker running in {workdir}", file=sys.stderr)
+            return ExitCode.OK
+        localkafka.stop(b)
+        print("stopped")
+    return ExitCode.OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    with _needs_worker_extra("demo"):
+        from .tools.demo import run_demo
+
+    return run_demo(args)
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    with _needs_worker_extra("top"):
+        from .tools.top import run_top
+
+    return run_top(_settings(args), args)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    with _needs_worker_extra("simulate"):
+        from .tools.simulate import main_simulate
+
+    return main_simulate(_settings(args), args)
+
+
+def _worker_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("kafka (each also LOOPWARDEN_<NAME>, e.g. LOOPWARDEN_BOOTSTRAP)")
+    g.add_argument("--bootstrap", help="broker host:port (default 127.0.0.1:9092)")
+    g.add_argument("--topic-prefix", help="prefix of every topic name (default 'loopwarden.')")
+    g.add_argument("--partitions", type=int, help="partitions of the topics (default 8)")
+    g.add_argument("--replication", type=int, help="replication factor of created topics (default 1)")
+    g.add_argument("--security-protocol", help="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+    g.add_argument("--sasl-mechanism", help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+    g.add_argument("--sasl-username")
+    g.add_argument("--sasl-password")
+    g.add_argument("--ssl-cafile")
+
+
+def _settings(args: argparse.Namespace) -> settings_mod.Settings:
+    return settings_mod.build(vars(args))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="loopwarden",
         description="Fleet-wide guard against runaway AI-agent tool loops: decides allow / warn / "
         "block / abort for every tool call, offline (replay) or on Kafka (worker).",
+        epilog=EPILOG,
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -63,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="fold a JSONL file of events offline and write the decisions (no Kafka)",
         description="Replay events (one JSON object a line) through the detection engine and write "
         "one decision per line, in the order produced. Malformed lines are named on stderr "
-        "(line number and reason) and skipped; the exit code is 3 when any were.",
+        "(line number and reason) and skipped; the exit code is 3 when any were (see `loopwarden --help` for every exit code).",
     )
     r.add_argument("--config", metavar="FILE", help="detection config, JSON or JSON5 (default: built-in defaults)")
     r.add_argument("--input", "-i", default="-", metavar="EVENTS.jsonl", help="events to replay; - for stdin (default)")
@@ -76,9 +203,113 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.set_defaults(func=cmd_replay)
 
-    from . import commands
+    w = sub.add_parser("worker", help="run a stream worker (Faust) that decides every event on Kafka",
+                       description="Consume the events topic, keep each run's state in a changelog-backed "
+                       "table, publish decisions keyed by gateway_id. Metrics at /metrics, health at /health.")
+    _worker_flags(w)
+    w.add_argument("--config", help="detection config file, JSON or JSON5")
+    w.add_argument("--web-port", type=int, help="port of /metrics and /health (default 6066)")
+    w.add_argument("--web-host", help="address of /metrics and /health (default 127.0.0.1)")
+    w.add_argument("--data-dir", help="Faust's working folder (default .loopwarden-data)")
+    w.add_argument("--max-event-bytes", type=int, help="larger events go to the dead-letter topic (default 1 MiB)")
+    w.add_argument("--batch-max", type=int, help="most events folded in one batch (default 500)")
+    w.add_argument("--batch-linger-ms", type=float,
+                   help="while the worker is behind (at least --batch-max events waiting), wait up to this "
+                        "long for a full batch (default 10; 0: never). Caught up, an event is folded at once")
+    w.add_argument("--flush-interval-ms", type=float,
+                   help="how often touched run states are written to the changelog and the input is "
+                        "acknowledged (default 1000; 0: whenever something is pending, checked every 50 ms). "
+                        "A crashed worker's successor replays the input since the last commit (at most about "
+                        "this plus Faust's 2.8 s commit interval), which the engine answers as before")
+    w.add_argument("--producer-linger-ms", type=float,
+                   help="linger of Faust's own producer (offsets, internal topics; default 5 ms); decisions and "
+                   "state writes go out in explicit batches")
+    w.add_argument("--log-level", help="debug, info, warning (default), error")
+    w.add_argument("--session-timeout-s", type=float,
+                   help="consumer session timeout: how soon a dead worker's partitions move (default 6, the "
+                   "broker's default minimum; heartbeats go every second)")
+    w.add_argument("--standby-replicas", type=int,
+                   help="keep warm copies of this many other workers' run states (Faust standby tables), so a "
+                   "failover does not read the dead worker's changelog from its start (default 0)")
+    w.add_argument("--stop-timeout-s", type=float,
+                   help="a worker asked to stop (SIGTERM, SIGINT) or that crashed exits within this many seconds, "
+                   "forcibly if its graceful stop has not finished (exit 143, 130, or 1 after a crash; default 25)")
+    w.add_argument("--state-sweep-interval-s", type=float,
+                   help="how often the table is swept for runs idle (in event time) past twice the config's "
+                   "loopwarden.runIdleTimeoutMs; they are dropped and tombstoned (default 60)")
+    w.set_defaults(func=cmd_worker)
 
-    commands.register(sub)
+    t = sub.add_parser("topics", help="create the topics with the right keys and cleanup policies")
+    t.add_argument("action", choices=["create"])
+    _worker_flags(t)
+    t.add_argument("--json", action="store_true", help="print the result as JSON")
+    t.set_defaults(func=cmd_topics)
+
+    k = sub.add_parser("kafka", help="a local single-node Kafka broker for development and tests (no Docker)",
+                       description="fetch: download the broker jars with Maven (once). start: start the broker "
+                       "in --dir and print its bootstrap address; a folder that already holds one gets it back "
+                       "with its data, on the same ports (a broker running there already is left as it is); "
+                       "otherwise, or with --fresh, a new KRaft storage is formatted. stop: stop it.")
+    k.add_argument("action", choices=["fetch", "start", "stop"])
+    k.add_argument("--dir", default=".kafka", help="where the broker keeps its files (default .kafka)")
+    k.add_argument("--port", type=int, help="listener port of a new broker (default: a free one)")
+    k.add_argument("--heap", default="384m", help="JVM heap (default 384m)")
+    k.add_argument("--fresh", action="store_true",
+                   help="start: delete the broker's files in --dir (data, config, logs) and format a new one")
+    k.set_defaults(func=cmd_kafka)
+
+    sm = sub.add_parser("simulate", help="drive a fleet of gateways with normal and looping agents",
+                        description="N gateways keep M runs each going (normal agents and every kind of loop) "
+                        "against running workers; prints live progress, then latency, throughput, recall per "
+                        "detector and normal runs wrongly flagged as JSON. Exit 2 when a loop was missed or a "
+                        "normal run was flagged.")
+    _worker_flags(sm)
+    sm.add_argument("--gateways", type=int, default=8, help="gateways (default 8)")
+    sm.add_argument("--runs", type=int, default=4, help="concurrent runs per gateway (default 4)")
+    sm.add_argument("--seconds", type=float, default=60, help="how long new runs are started (default 60)")
+    sm.add_argument("--loop-share", type=float, default=0.3, help="share of runs that loop (default 0.3)")
+    sm.add_argument("--think-ms", default="5:50", help="think time range per call, LO:HI ms (default 5:50)")
+    sm.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for a decision (default 5)")
+    sm.add_argument("--seed", type=int, default=1)
+    sm.add_argument("--quiet", action="store_true", help="no live progress line")
+    sm.set_defaults(func=cmd_simulate)
+
+    d = sub.add_parser("demo", help="start a local broker, a worker and a short demo fleet; show decisions live",
+                       description="The whole pipeline on this machine: a local Kafka broker, one worker, "
+                       "gateways that run normal and looping agents; `loopwarden top` on their decisions; then "
+                       "everything is stopped.")
+    d.add_argument("--seconds", type=float, default=20.0, help="how long the fleet runs (default 20)")
+    d.add_argument("--gateways", type=int, default=3, help="gateways in the fleet (default 3)")
+    d.add_argument("--bootstrap", help="use this broker instead of starting a local one")
+    d.set_defaults(func=cmd_demo)
+
+    tp = sub.add_parser("top", help="a live view of a fleet's decisions, looping runs, gateways and workers",
+                        description="Read the decisions topic (every partition, no consumer group) and show, "
+                        "refreshed about once a second: decisions per second by action; warnings, blocks and "
+                        "aborts per minute by detector; the runs looping now (the latest warning, block or abort "
+                        "of each), newest first; calls per second and blocks per minute per gateway; the "
+                        "workers' consumer lag (--worker-metrics) and dead letters per minute (the dead-letter "
+                        "topic). Ctrl-C quits. --once --json prints one snapshot as JSON instead.")
+    _worker_flags(tp)
+    tp.add_argument("--from", dest="start", metavar="TIME",
+                    help="where to start reading: now (default; --once alone: beginning), beginning, an ISO-8601 "
+                    "time (2024-05-01T12:00:00Z; without a zone: local time) or a relative one (-10m, -30s, -2h, -1d)")
+    tp.add_argument("--worker-metrics", action="append", metavar="URL",
+                    help="a worker's /metrics (or host:port) to read its consumer lag from; repeatable")
+    tp.add_argument("--once", action="store_true",
+                    help="read what is on the topics up to their end offsets at start (or for --seconds), print "
+                    "one snapshot and exit")
+    tp.add_argument("--json", action="store_true",
+                    help="with --once: the snapshot as JSON; without: one JSON snapshot a line, each refresh")
+    tp.add_argument("--seconds", type=float, help="stop after this many seconds (with --once: read for this long)")
+    tp.add_argument("--forget-after", type=float, default=120.0, metavar="S",
+                    help="a run not warned, blocked or aborted for this long is no longer listed (default 120)")
+    tp.add_argument("--no-screen", action="store_true",
+                    help="draw in place below the prompt instead of on the terminal's alternate screen")
+    # `--from -10m`: a relative time is a value, not an option (argparse takes only plain
+    # negative numbers for values); the parser has no option that looks like one.
+    tp._negative_number_matcher = re.compile(r"^-\d+(\.\d+)?\s*(s|sec|m|min|h|d)?$")
+    tp.set_defaults(func=cmd_top)
     return p
 
 
@@ -86,13 +317,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
     except LoopwardenError as exc:
         print(f"Error: {exc}", file=sys.stderr)
-        return 1
+        return ExitCode.ERROR
     except KeyboardInterrupt:
         print("Error: interrupted", file=sys.stderr)
-        return 1
+        return ExitCode.ERROR
+    return ExitCode(code)  # a code not documented above is a bug, and fails loudly here
 
 
 if __name__ == "__main__":

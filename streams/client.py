@@ -56,7 +56,7 @@ from detectors.wire import (
 )
 
 from .errors import SettingsError, broker_error, connect_errors
-from .publisher import partition_for as partition_bytes
+from .partitioner import partition_for as partition_bytes
 from .settings import Settings, build
 
 FAIL_OPEN = "fail-open"

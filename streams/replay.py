@@ -40,7 +40,10 @@ class _Progress:
     def __init__(self, total: int | None) -> None:
         self._bar = None
         if total and sys.stderr.isatty():
-            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+            try:  # rich comes with the worker extra; a plain install replays without a bar
+                from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+            except ModuleNotFoundError:
+                return
 
             self._bar = Progress(
                 "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TimeRemainingColumn(),

@@ -5,10 +5,14 @@ Only this module reads the environment.
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
+from pathlib import Path
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
+
+from detectors import DetectionConfig, load_config
 
 from .errors import SettingsError
 
@@ -129,3 +133,21 @@ def build(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None 
     if s.security_protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
         raise SettingsError(f"security_protocol {s.security_protocol!r} is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL")
     return s
+
+
+log = logging.getLogger("loopwarden.worker")
+
+
+def read_detection_config(path: str | None, warn=lambda path, w: log.warning("%s: %s", path, w)) -> DetectionConfig:
+    """The detection config file (JSON or JSON5), or the defaults without one; each
+    unusable field is passed to `warn` and falls back as semantics.md says."""
+    if not path:
+        return DetectionConfig({})
+    try:
+        text = Path(path).read_bytes()
+    except OSError as exc:
+        raise SettingsError(f"cannot read config {path}: {exc.strerror}") from None
+    config = load_config(text, source=path)
+    for w in config.warnings:
+        warn(path, w)
+    return config

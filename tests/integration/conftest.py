@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streams import localkafka
+from streams.tools import localkafka
 
 
 @pytest.fixture(scope="session")

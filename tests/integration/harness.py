@@ -16,8 +16,8 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from streams import settings as settings_mod
-from streams.commands import create_topics
-from streams.localkafka import free_port
+from streams.topics import create_topics
+from streams.tools.localkafka import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.trace import generate
 from detectors import DetectionConfig, decode_event, encode, replay
-from streams import localkafka
+from streams.tools import localkafka
 from tests.integration.harness import (
     WorkerProcess, consume, decisions_by_partition, event_records, new_prefix, produce, setup_topics,
 )

@@ -10,7 +10,7 @@ import sys
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from streams import localkafka
+from streams.tools import localkafka
 from streams.errors import BrokerError
 from tests.integration.harness import ROOT, consume, produce
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from streams import localkafka
+from streams.tools import localkafka
 from streams import settings as settings_mod
 from streams.client import GatewayClient
 from streams.errors import BrokerError

@@ -60,7 +60,7 @@ def test_config_warnings_are_printed_and_do_not_stop_the_replay(tmp_path):
 
 
 def test_unreachable_broker_is_a_named_error():
-    from streams.localkafka import free_port
+    from streams.tools.localkafka import free_port
 
     addr = f"127.0.0.1:{free_port()}"  # nothing listens there
     p = subprocess.run(CMD + ["topics", "create", "--bootstrap", addr], capture_output=True, text=True, timeout=60)

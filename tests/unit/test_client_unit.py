@@ -20,7 +20,7 @@ from streams import client as client_mod
 from streams import settings as settings_mod
 from streams.client import MAX_REQUEST_SIZE, EventTooLarge, GatewayClient
 from streams.errors import BrokerError, SettingsError
-from streams.localkafka import free_port
+from streams.tools.localkafka import free_port
 
 CONFIG = load_config(json.dumps({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3,
                                                               "criticalThreshold": 5}}}))

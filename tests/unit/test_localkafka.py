@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from streams import localkafka
+from streams.tools import localkafka
 from streams.errors import BrokerError
 
 URLSAFE = re.compile(r"[A-Za-z0-9_-]{22}")

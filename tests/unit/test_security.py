@@ -66,7 +66,7 @@ def test_connect_errors_collects_what_aiokafka_logs_only_inside_the_block():
 def test_worker_credentials_carry_the_mechanism_and_tls_to_aiokafka(mechanism, tmp_path):
     from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-    from streams.app import _credentials
+    from streams.worker.app import _credentials
 
     auth = credentials_to_aiokafka_auth(_credentials(scram(sasl_mechanism=mechanism)))
     assert auth["security_protocol"] == "SASL_SSL" and auth["sasl_mechanism"] == mechanism
@@ -79,7 +79,7 @@ def test_worker_credentials_carry_the_mechanism_and_tls_to_aiokafka(mechanism, t
 
 
 def test_worker_credentials_refuse_what_aiokafka_could_not_use():
-    from streams.app import _credentials
+    from streams.worker.app import _credentials
 
     with pytest.raises(SettingsError, match="not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"):
         _credentials(scram(sasl_mechanism="scram-sha-256"))
@@ -91,7 +91,7 @@ def test_worker_credentials_refuse_what_aiokafka_could_not_use():
 def test_topics_create_names_unusable_security_settings_before_connecting(tmp_path):
     import asyncio
 
-    from streams.commands import create_topics
+    from streams.topics import create_topics
 
     with pytest.raises(SettingsError, match=r"cannot load the TLS files \(--ssl-cafile .*no-such-ca.pem\)"):
         asyncio.run(create_topics(scram(ssl_cafile=str(tmp_path / "no-such-ca.pem"))))

@@ -10,8 +10,8 @@ from rich.console import Console
 
 from detectors.wire import Decision
 from streams.errors import SettingsError
-from streams.top import TopState, dead_letter_reason, metrics_url, parse_from, parse_lags
-from streams.topview import DETECTOR_SHORT, cut_middle, plain_line, render, run_columns
+from streams.tools.top import TopState, dead_letter_reason, metrics_url, parse_from, parse_lags
+from streams.tools.topview import DETECTOR_SHORT, cut_middle, plain_line, render, run_columns
 
 T0 = 1_700_000_000.0
 

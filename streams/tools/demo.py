@@ -1,7 +1,7 @@
 """`loopwarden demo`: the whole pipeline on this machine, shown live, then stopped.
 
 A local broker (unless --bootstrap), one worker process, a short simulated fleet; the
-fleet shown live by `loopwarden top` (streams/top.py: it reads the decisions topic and
+fleet shown live by `loopwarden top` (streams/tools/top.py: it reads the decisions topic and
 the worker's /metrics, as it would for a real cluster); at the end the fleet's summary.
 Everything it started is stopped, also on Ctrl-C.
 """
@@ -20,12 +20,13 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from . import localkafka, settings as settings_mod
-from .errors import BrokerError
+from .. import settings as settings_mod
+from ..errors import BrokerError
+from . import localkafka
 from .simulate import simulate
 from .top import Top, show
 
-EXAMPLE_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "config.json5"
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "config.json5"
 FALLBACK_CONFIG = {"tools": {"loopDetection": {"enabled": True}},
                    "agents": {"list": [{"id": "main", "default": True},
                                        {"id": "no-generic", "tools": {"loopDetection": {"detectors": {"genericRepeat": False}}}}]}}

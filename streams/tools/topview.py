@@ -1,4 +1,4 @@
-"""The rendering of a `loopwarden top` snapshot (streams/top.py) for a terminal.
+"""The rendering of a `loopwarden top` snapshot (streams/tools/top.py) for a terminal.
 
 `render(snapshot, width, height)` returns a rich renderable no wider than `width`. The
 table of looping runs never loses the columns that matter: action, detector, tool and

@@ -25,9 +25,9 @@ from mode import Service
 from detectors import DetectionConfig, RunState, decode_state, encode_state
 
 from .metrics import Metrics
-from .processor import ENDED, ended_record, observe, process_batch
-from .publisher import Publisher, Record
-from .settings import Settings
+from .fold_batch import ENDED, ended_record, observe, process_batch
+from .producer import Publisher, Record
+from ..settings import Settings
 
 log = logging.getLogger("loopwarden.worker")
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from functools import lru_cache
 from typing import Iterable, NamedTuple
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.partitioner import murmur2
 from mode import Service
+
+from ..partitioner import partition_for
 
 
 # Records per produce batch, in bytes (aiokafka's default is 16 KiB). A partition gets at
@@ -32,14 +32,6 @@ class Record(NamedTuple):
     value: bytes | None
     headers: list[tuple[str, bytes]] | None = None
     partition: int | None = None  # None: the default partitioner's choice for the key
-
-
-@lru_cache(maxsize=4096)
-def partition_for(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner (murmur2) picks for a key (murmur2 is
-    pure Python; the same gateway keys come back batch after batch). Run states carry
-    their events' partition instead: a cache keyed by run would grow with every run."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 class Publisher(Service):

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from .errors import BrokerError
+from ..errors import BrokerError
 
 KAFKA_VERSION = "4.0.2"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 POM = ROOT / "scripts" / "kafka-pom.xml"
 DEFAULT_HEAP = "384m"
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")

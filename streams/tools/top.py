@@ -5,7 +5,7 @@ Three layers, kept apart so that the first two need no broker:
 - `TopState`: the aggregation over a stream of decisions (and dead letters and worker
   lag readings). Every method takes the time it happens at; there is no clock inside.
   `snapshot(now)` is a plain dict, the same one `--once --json` prints.
-- `streams/topview.py`: the rendering of a snapshot for a terminal of a given size.
+- `streams/tools/topview.py`: the rendering of a snapshot for a terminal of a given size.
 - `Top` and `run_top`: the Kafka consumer (all partitions of the decisions and
   dead-letter topics, no consumer group), the worker /metrics scrape, the refresh loop.
 """
@@ -26,8 +26,8 @@ from typing import Any, Iterable
 
 from detectors.wire import Decision, decode_decision
 
-from .errors import BrokerError, SettingsError
-from .settings import Settings
+from ..errors import BrokerError, SettingsError
+from ..settings import Settings
 
 ACTIONS = ("allow", "warn", "block", "abort")
 FLAGGED = ("warn", "block", "abort")
@@ -326,7 +326,7 @@ class Top:
         from aiokafka import AIOKafkaConsumer
         from aiokafka.errors import KafkaError
 
-        from .errors import broker_error, connect_errors
+        from ..errors import broker_error, connect_errors
 
         try:
             kw = self.settings.kafka_kwargs()

@@ -18,8 +18,8 @@ from typing import Callable
 
 from detectors.wire import Decision
 
-from .client import GatewayClient
-from .settings import Settings
+from ..client import GatewayClient
+from ..settings import Settings
 
 # loop kind -> the detector that must catch it
 LOOPS = {
@@ -191,4 +191,4 @@ def main_simulate(settings: Settings, args) -> int:
                                (float(lo), float(hi or lo)), args.seed, args.timeout, progress=not args.quiet))
     print(json.dumps(rep.summary(), indent=2))
     ok = rep.normal_flagged == 0 and all(rep.caught.get(k, 0) == v for k, v in rep.injected.items())
-    return 0 if ok else 4
+    return 0 if ok else 2  # cli.ExitCode.FOUND

@@ -17,10 +17,9 @@ from mode import Service
 from detectors import DetectionConfig
 
 from . import watchdog
-from .configfile import read_detection_config
+from ..settings import Settings, read_detection_config
 from .metrics import Metrics
-from .pipeline import Pipeline
-from .settings import Settings
+from .batches import Pipeline
 
 log = logging.getLogger("loopwarden.worker")
 
@@ -31,7 +30,7 @@ def _credentials(s: Settings):
     makes (consumer, producers, the admin calls that create the changelog topic)."""
     from faust.types.auth import SASLMechanism
 
-    from .errors import SettingsError
+    from ..errors import SettingsError
 
     if "SASL" in s.security_protocol:
         names = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -190,7 +189,7 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
 
 def run_worker(settings: Settings) -> None:
     """Run one worker until SIGTERM/SIGINT (no spinner, plain log lines)."""
-    from .commands import create_topics
+    from ..topics import create_topics
 
     app = create_app(settings)
     created = asyncio.run(create_topics(settings))  # idempotent: a fresh cluster needs no extra step

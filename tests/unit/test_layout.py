@@ -1,0 +1,72 @@
+"""The package layout's promises: a gateway library that imports no worker, and one
+command registry whose commands return only the documented exit codes."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import streams.cli as cli
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER_ONLY = ("faust", "mode", "rich", "prometheus_client", "venusian", "croniter")
+
+
+def test_the_client_and_the_core_import_no_worker_package():
+    # A fresh interpreter: this test process has imported the worker already.
+    code = ("import json, sys, detectors, detectors.ingest, streams.client, streams.frameworks, streams.replay; "
+            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+    loaded = set(json.loads(subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
+                                           capture_output=True, text=True).stdout))
+    assert "aiokafka" in loaded and "msgspec" in loaded  # the check sees real imports
+    assert not loaded & set(WORKER_ONLY), f"the gateway library loads worker packages: {loaded & set(WORKER_ONLY)}"
+
+
+def _declared_dependencies() -> list[str]:
+    import tomllib
+
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]["dependencies"]
+
+
+def test_a_plain_install_needs_only_msgspec_aiokafka_and_json5():
+    names = sorted(d.split(">")[0].split("=")[0].split("[")[0].strip().lower() for d in _declared_dependencies())
+    assert names == ["aiokafka", "json5", "msgspec"]
+
+
+def test_every_subcommand_is_registered_in_cli_only():
+    # No other module adds a subcommand (one registry): add_parser appears in cli.py alone.
+    others = [p for p in (ROOT / "streams").rglob("*.py") if p.name != "cli.py" and "add_parser(" in p.read_text()]
+    assert others == []
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert set(sub.choices) == {"replay", "worker", "topics", "kafka", "simulate", "demo", "top"}
+
+
+def test_commands_return_only_documented_exit_codes():
+    # Every literal code a command function returns (cmd_* in cli.py, and the run_* /
+    # main_* entry points of the tools, nested functions included) is an ExitCode;
+    # cli.main() also refuses any other at run time.
+    documented = {int(c) for c in cli.ExitCode}
+    seen = 0
+    for path in [ROOT / "streams" / "cli.py", *(ROOT / "streams" / "tools").glob("*.py")]:
+        tree = ast.parse(path.read_text())
+        for fn in tree.body:
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or not fn.name.startswith(("cmd_", "run_", "main_")):
+                continue
+            for node in ast.walk(fn):
+                if not isinstance(node, ast.Return) or node.value is None:
+                    continue
+                values = [node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) else [node.value]
+                for v in values:
+                    if isinstance(v, ast.Constant) and type(v.value) is int:
+                        seen += 1
+                        assert v.value in documented, f"{path.name}:{node.lineno} returns {v.value}"
+    assert seen >= 5  # the scan found the commands' returns
+    # The codes are documented once, in the module docstring and in --help.
+    for code in documented:
+        assert f"{code} " in cli.__doc__ or f"{code}  " in cli.__doc__
+    assert "exit codes" in cli.build_parser().format_help()
