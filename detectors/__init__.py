@@ -1,7 +1,7 @@
 """loopwarden's functional core: pure, deterministic loop detection (no I/O, no clock)."""
 
 from .canonical import canon, canon_exact, digest
-from .config import DetectionConfig, Resolved, load_config
+from .config import AgentConfig, DetectionConfig, load_config
 from .engine import apply
 from .errors import ConfigError, DecodeError, EventError, LoopwardenError, OversizeError, StaleSeqError
 from .fingerprint import fingerprint
@@ -10,8 +10,8 @@ from .state import RunState, decode_state, encode_state
 from .wire import CompactionRetry, Decision, Event, RunEnd, ToolCall, ToolResult, decode_event, encode
 
 __all__ = [
-    "CompactionRetry", "ConfigError", "Decision", "DecodeError", "DetectionConfig", "Event", "EventError",
-    "Folded", "LoopwardenError", "OversizeError", "SetAside", "Resolved", "RunEnd", "RunState", "StaleSeqError",
+    "AgentConfig", "CompactionRetry", "ConfigError", "Decision", "DecodeError", "DetectionConfig", "Event", "EventError",
+    "Folded", "LoopwardenError", "OversizeError", "SetAside", "RunEnd", "RunState", "StaleSeqError",
     "ToolCall", "ToolResult", "apply", "canon", "canon_exact", "decode_event", "decode_state", "digest",
     "encode", "encode_state", "fingerprint", "fold", "load_config", "replay", "replay_iter",
 ]

@@ -14,6 +14,7 @@ from msgspec import Struct
 
 from .canonical import digest
 from .errors import ConfigError
+from .rules import CALL_DETECTORS, RESULT_DETECTORS, SWITCHES, CallScan, Detector, GuardScan
 
 DEFAULTS: dict[str, Any] = {
     "historySize": 30,
@@ -22,13 +23,14 @@ DEFAULTS: dict[str, Any] = {
     "unknownToolThreshold": 10,
     "globalCircuitBreakerThreshold": 30,
 }
-DETECTORS = ("genericRepeat", "knownPollNoProgress", "pingPong")
 DEFAULT_WINDOW = 3
 DEFAULT_IDLE_TIMEOUT_MS = 24 * 60 * 60 * 1000  # loopwarden.runIdleTimeoutMs (semantics.md section 7)
 
 
-class Resolved(Struct, frozen=True):
-    """The effective config of one agent."""
+class AgentConfig(Struct, frozen=True):
+    """The effective config of one agent (semantics.md section 1), with the detectors it
+    runs: `call_detectors` judge each tool_call (none while `rolling_detectors_on` is
+    false), `result_detectors` each tool_result while the guard is armed."""
 
     enabled: bool | None
     history_size: int
@@ -36,20 +38,18 @@ class Resolved(Struct, frozen=True):
     critical: int
     unknown_tool: int
     global_breaker: int
-    generic_repeat: bool
-    known_poll: bool
-    ping_pong: bool
+    detectors: frozenset[str]  # the `tools.loopDetection.detectors` switches that are on
     window: int
     config_hash: str
     idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
+    rolling_detectors_on: bool = False  # `enabled` is true: the detectors of section 4 judge calls
+    compaction_guard_on: bool = True  # `enabled` is not false: the post-compaction guard (section 5)
+    call_detectors: tuple[Detector[CallScan], ...] = ()
+    result_detectors: tuple[Detector[GuardScan], ...] = ()
 
-    @property
-    def rolling(self) -> bool:
-        return self.enabled is True
-
-    @property
-    def guard(self) -> bool:
-        return self.enabled is not False
+    def switched_on(self, switch: str) -> bool:
+        """Whether `tools.loopDetection.detectors.<switch>` is on for this agent."""
+        return switch in self.detectors
 
 
 def _positive_int(v: Any) -> int | None:
@@ -120,7 +120,7 @@ def _idle_timeout(doc: dict, warnings: list[str]) -> int:
 
 
 def resolve(merged: dict, where: str, warnings: list[str], own: set[str] | None = None,
-            idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS) -> Resolved:
+            idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS) -> AgentConfig:
     """Defaults, fallback and clamping over a merged loopDetection block.
 
     Warnings name only the fields in `own` (those the block at `where` set itself), so
@@ -158,7 +158,7 @@ def resolve(merged: dict, where: str, warnings: list[str], own: set[str] | None 
         warnings.append(f"{p}detectors: not an object; all detectors on")
         dets = None
     switches = {}
-    for name in DETECTORS:
+    for name in SWITCHES:
         raw = (dets or {}).get(name)
         if raw is not None and not isinstance(raw, bool):
             warnings.append(f"{p}detectors.{name}: {raw!r} is not true or false; using true")
@@ -186,19 +186,23 @@ def resolve(merged: dict, where: str, warnings: list[str], own: set[str] | None 
         "postCompactionGuard": {"windowSize": window},
         "loopwarden": {"runIdleTimeoutMs": idle_timeout_ms},
     }
-    return Resolved(
+    rolling = enabled is True
+    guard = enabled is not False
+    return AgentConfig(
         enabled=enabled,
         history_size=nums["historySize"],
         warning=nums["warningThreshold"],
         critical=nums["criticalThreshold"],
         unknown_tool=nums["unknownToolThreshold"],
         global_breaker=nums["globalCircuitBreakerThreshold"],
-        generic_repeat=switches["genericRepeat"],
-        known_poll=switches["knownPollNoProgress"],
-        ping_pong=switches["pingPong"],
+        detectors=frozenset(k for k, on in switches.items() if on),
         window=window,
         config_hash=digest(shape),
         idle_timeout_ms=idle_timeout_ms,
+        rolling_detectors_on=rolling,
+        compaction_guard_on=guard,
+        call_detectors=tuple(d for d in CALL_DETECTORS if d.switch is None or switches[d.switch]) if rolling else (),
+        result_detectors=tuple(d for d in RESULT_DETECTORS if d.switch is None or switches[d.switch]) if guard else (),
     )
 
 
@@ -222,8 +226,8 @@ class DetectionConfig:
         self.idle_timeout_ms = idle = _idle_timeout(doc, warnings)
         base = _block(doc, "", warnings)
         self.global_config = resolve(base, "", warnings, idle_timeout_ms=idle)
-        self._agents: dict[str, Resolved] = {}
-        self._default: Resolved = self.global_config
+        self._agents: dict[str, AgentConfig] = {}
+        self._default: AgentConfig = self.global_config
         agents = doc.get("agents")
         entries = agents.get("list") if isinstance(agents, dict) else None
         if entries is not None and not isinstance(entries, list):
@@ -248,7 +252,7 @@ class DetectionConfig:
         self._default = flagged or main or first or self.global_config
         self.warnings: tuple[str, ...] = tuple(warnings)
 
-    def for_agent(self, agent_id: str | None) -> Resolved:
+    def for_agent(self, agent_id: str | None) -> AgentConfig:
         """The effective config for an event's `agent_id` (None: the default agent)."""
         if agent_id is None:
             return self._default

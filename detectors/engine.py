@@ -4,22 +4,21 @@ from __future__ import annotations
 
 from msgspec.structs import replace
 
-from .config import DetectionConfig, Resolved
+from .config import AgentConfig, DetectionConfig
 from .errors import StaleSeqError
 from .fingerprint import call_facts, result_facts
-from .judge import Verdict, judge
-from .messages import message_for
-from .state import EMPTY, Answer, MAX_WARNING_KEYS, REMEMBERED_DECISIONS, GuardEntry, Record, RunState
+from .rules import BY_NAME, COMPACTION_GUARD, CallScan, GuardScan, Verdict
+from .state import EMPTY, MAX_WARNING_KEYS, REMEMBERED_DECISIONS, Answer, GuardEntry, HistoryEntry, RunState
 from .wire import CompactionRetry, Decision, Event, RunEnd, ToolCall, ToolResult
 
-ABORT = "compaction_loop_persisted"
+ABORT = COMPACTION_GUARD.name
 
 
 def _decision(
     ev: ToolCall | ToolResult,
     tool: str,
     sig: str,
-    cfg: Resolved,
+    cfg: AgentConfig,
     action: str = "allow",
     level: str = "none",
     detector: str | None = None,
@@ -40,7 +39,7 @@ def _decision(
         level=level,
         detector=detector,
         count=count,
-        message=message_for(action, detector, tool, count, paired),
+        message=BY_NAME[detector].message(action, tool, count, paired) if detector is not None else None,
         warning_key=warning_key,
         paired_tool_name=paired,
         args_hash=sig,
@@ -59,7 +58,7 @@ def _answer_again(ev: ToolCall, a: Answer, config: DetectionConfig) -> Decision:
                      a.warning_key, a.paired_tool_name)
 
 
-def _append(history: tuple[Record, ...], rec: Record, size: int) -> tuple[Record, ...]:
+def _append(history: tuple[HistoryEntry, ...], rec: HistoryEntry, size: int) -> tuple[HistoryEntry, ...]:
     if len(history) >= size:
         return history[len(history) - size + 1:] + (rec,)
     return history + (rec,)
@@ -78,27 +77,35 @@ def _warn(state: RunState, v: Verdict) -> tuple[str, dict[str, int]]:
     return "warn", warned
 
 
-def _on_call(state: RunState, ev: ToolCall, cfg: Resolved, ts: int | None) -> tuple[RunState, tuple[Decision, ...]]:
+def _on_call(state: RunState, ev: ToolCall, cfg: AgentConfig, ts: int | None) -> tuple[RunState, tuple[Decision, ...]]:
     tool, sig, poll = call_facts(ev)
     if state.aborted:
         d = _decision(ev, tool, sig, cfg, "abort", "critical", ABORT)
         return replace(state, last_seq=ev.seq, last_ts=ts, answers=_remember(state, d)), (d,)
-    v = judge(state.history, tool, sig, poll, cfg) if cfg.rolling else None
+    v = None
+    if cfg.call_detectors:
+        scan = CallScan(state.history, tool, sig, poll)
+        for detector in cfg.call_detectors:
+            v = detector.evaluate(scan, cfg)
+            if v is not None:
+                break
     warned = state.warned
     history = state.history
     if v is None:
         d = _decision(ev, tool, sig, cfg)
     elif v.level == "critical":
-        d = _decision(ev, tool, sig, cfg, "block", "critical", v.detector, v.count, v.warning_key, v.paired_tool_name)
+        d = _decision(ev, tool, sig, cfg, "block", "critical", v.detector.name, v.count, v.warning_key,
+                      v.paired_tool_name)
     else:
         action, warned = _warn(state, v)
-        d = _decision(ev, tool, sig, cfg, action, "warning", v.detector, v.count, v.warning_key, v.paired_tool_name)
+        d = _decision(ev, tool, sig, cfg, action, "warning", v.detector.name, v.count, v.warning_key,
+                      v.paired_tool_name)
     if d.action != "block":
-        history = _append(history, Record(tool, sig, ev.tool_call_id), cfg.history_size)
+        history = _append(history, HistoryEntry(tool, sig, ev.tool_call_id), cfg.history_size)
     return replace(state, last_seq=ev.seq, last_ts=ts, history=history, warned=warned, answers=_remember(state, d)), (d,)
 
 
-def _on_result(state: RunState, ev: ToolResult, cfg: Resolved, ts: int | None) -> tuple[RunState, tuple[Decision, ...]]:
+def _on_result(state: RunState, ev: ToolResult, cfg: AgentConfig, ts: int | None) -> tuple[RunState, tuple[Decision, ...]]:
     if state.aborted:
         return replace(state, last_seq=ev.seq, last_ts=ts), ()
     tool, sig, _ = call_facts(ev)
@@ -113,15 +120,18 @@ def _on_result(state: RunState, ev: ToolResult, cfg: Resolved, ts: int | None) -
             history = history[:i] + (replace(r, result_hash=rh, unknown_tool_name=unknown),) + history[i + 1:]
             break
     else:
-        history = _append(history, Record(tool, sig, want_id, rh, unknown), cfg.history_size)
-    if state.guard_left <= 0 or not cfg.guard:
+        history = _append(history, HistoryEntry(tool, sig, want_id, rh, unknown), cfg.history_size)
+    if state.guard_left <= 0 or not cfg.result_detectors:
         return replace(state, last_seq=ev.seq, last_ts=ts, history=history), ()
     entry = GuardEntry(tool, sig, rh)
     window = state.guard_window + (entry,)
-    same = sum(1 for e in window if e == entry)
-    if same >= cfg.window:
-        d = _decision(ev, tool, sig, cfg, "abort", "critical", ABORT, same)
-        return replace(state, last_seq=ev.seq, last_ts=ts, history=history, guard_left=0, guard_window=(), aborted=True), (d,)
+    scan = GuardScan(window, entry, sum(1 for e in window if e == entry))
+    for detector in cfg.result_detectors:
+        v = detector.evaluate(scan, cfg)
+        if v is not None:
+            d = _decision(ev, tool, sig, cfg, "abort", "critical", v.detector.name, v.count)
+            return replace(state, last_seq=ev.seq, last_ts=ts, history=history, guard_left=0, guard_window=(),
+                           aborted=True), (d,)
     left = state.guard_left - 1
     return replace(state, last_seq=ev.seq, last_ts=ts, history=history, guard_left=left, guard_window=window if left else ()), ()
 
@@ -154,6 +164,6 @@ def apply(state: RunState | None, ev: Event, config: DetectionConfig) -> tuple[R
         return None, ()
     assert isinstance(ev, CompactionRetry)
     cfg = config.for_agent(ev.agent_id)
-    if cfg.guard:
+    if cfg.compaction_guard_on:
         return replace(state, last_seq=ev.seq, last_ts=ts, guard_left=cfg.window, guard_window=()), ()
     return replace(state, last_seq=ev.seq, last_ts=ts), ()

@@ -20,7 +20,7 @@ MAX_WARNING_KEYS = 256
 REMEMBERED_DECISIONS = 64
 
 
-class Record(Struct, frozen=True, array_like=True, gc=False):
+class HistoryEntry(Struct, frozen=True, array_like=True, gc=False):
     """One history entry: a call, and its outcome once the result arrived."""
 
     tool_name: str
@@ -56,7 +56,7 @@ class RunState(Struct, frozen=True, kw_only=True, gc=False):
 
     version: int = STATE_VERSION
     last_seq: int = -1
-    history: tuple[Record, ...] = ()
+    history: tuple[HistoryEntry, ...] = ()
     warned: dict[str, int] = {}
     guard_left: int = 0
     guard_window: tuple[GuardEntry, ...] = ()

@@ -13,7 +13,7 @@ def test_agent_inherits_what_it_does_not_set():
     })
     safe = c.for_agent("  sAFE ")
     assert (safe.enabled, safe.history_size, safe.warning, safe.critical) == (True, 40, 8, 16)
-    assert (safe.ping_pong, safe.generic_repeat) == (False, True)
+    assert (safe.switched_on("pingPong"), safe.switched_on("genericRepeat")) == (False, True)
     assert c.for_agent("other") == c.global_config
     assert safe.config_hash != c.global_config.config_hash
 
@@ -51,9 +51,9 @@ def test_enabled_has_three_states():
     unset = DetectionConfig({}).global_config
     off = DetectionConfig({"tools": {"loopDetection": {"enabled": False}}}).global_config
     on = DetectionConfig({"tools": {"loopDetection": {"enabled": True}}}).global_config
-    assert (unset.rolling, unset.guard) == (False, True)
-    assert (off.rolling, off.guard) == (False, False)
-    assert (on.rolling, on.guard) == (True, True)
+    assert (unset.rolling_detectors_on, unset.compaction_guard_on) == (False, True)
+    assert (off.rolling_detectors_on, off.compaction_guard_on) == (False, False)
+    assert (on.rolling_detectors_on, on.compaction_guard_on) == (True, True)
     assert len({unset.config_hash, off.config_hash, on.config_hash}) == 3
 
 

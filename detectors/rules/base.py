@@ -1,0 +1,111 @@
+"""The one interface every detector has, and the facts it judges.
+
+A detector is a small stateless unit, like a window aggregator: a `name` (the decision's
+`detector` value), an optional `switch` (its key under `tools.loopDetection.detectors`),
+the event it judges (`judges`), an `evaluate` that turns the facts of that event into a
+`Verdict` or None, and the `message` a decision of it carries. The facts are computed
+once per event by the engine (`scan_history`, `GuardScan`) and shared by every detector,
+so adding one costs nothing to the others.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar, Generic, Literal, NamedTuple, TypeVar
+
+from ..state import GuardEntry, HistoryEntry
+
+if TYPE_CHECKING:
+    from ..config import AgentConfig
+
+
+class CallScan:
+    """What the rolling detectors read about a call about to run, from one pass over the
+    run's history (semantics.md section 4): the unknown-tool streak, the repeat count and
+    the no-progress streak of this exact call."""
+
+    __slots__ = ("history", "tool", "sig", "known_poll", "unknown_streak", "missing", "repeats", "no_progress",
+                 "latest")
+
+    def __init__(self, history: tuple[HistoryEntry, ...], tool: str, sig: str, known_poll: bool) -> None:
+        self.history = history
+        self.tool = tool
+        self.sig = sig
+        self.known_poll = known_poll
+        # Unknown-tool streak: contiguous newest-first entries of this tool naming one missing tool.
+        streak = 0
+        missing: str | None = None
+        for r in reversed(history):
+            u = r.unknown_tool_name
+            if r.tool_name != tool or not u or (missing is not None and u != missing):
+                break
+            missing = u
+            streak += 1
+        self.unknown_streak = streak
+        self.missing = missing
+        # Repeat count and no-progress streak over the entries of this exact call.
+        repeats = 0
+        no_progress = 0
+        latest: str | None = None
+        counting = True
+        for r in reversed(history):
+            if r.args_hash != sig or r.tool_name != tool:
+                continue
+            repeats += 1
+            if counting:
+                rh = r.result_hash
+                if not rh:
+                    continue
+                if latest is None:
+                    latest = rh
+                    no_progress = 1
+                elif rh == latest:
+                    no_progress += 1
+                else:
+                    counting = False
+        self.repeats = repeats
+        self.no_progress = no_progress
+        self.latest = latest
+
+
+class GuardScan(NamedTuple):
+    """What the post-compaction guard reads about a result: the armed window with this
+    outcome appended, and how many of its entries are this outcome."""
+
+    window: tuple[GuardEntry, ...]
+    entry: GuardEntry
+    same: int
+
+
+class Verdict(NamedTuple):
+    """A detector that fired. `level` "critical" blocks a call (aborts on a result);
+    "warning" warns, subject to warning suppression."""
+
+    level: Literal["warning", "critical"]
+    detector: Detector[CallScan] | Detector[GuardScan]
+    count: int
+    warning_key: str | None
+    paired_tool_name: str | None = None
+
+
+ScanT = TypeVar("ScanT", CallScan, GuardScan)
+
+
+class Detector(Generic[ScanT]):
+    """The interface of a detector; a subclass sets the class attributes and both methods."""
+
+    name: ClassVar[str]
+    """The decision's `detector` value."""
+    switch: ClassVar[str | None] = None
+    """Its switch under `tools.loopDetection.detectors`; None: on whenever its kind is."""
+    judges: ClassVar[Literal["tool_call", "tool_result"]]
+    """"tool_call": a rolling detector (a CallScan; on only when `enabled` is true);
+    "tool_result": the post-compaction guard (a GuardScan; on unless `enabled` is false)."""
+
+    def evaluate(self, scan: ScanT, cfg: AgentConfig) -> Verdict | None:
+        raise NotImplementedError
+
+    def message(self, action: str, tool: str, count: int | None, paired: str | None) -> str:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<detector {self.name}>"

@@ -1,0 +1,33 @@
+"""generic_repeat: any other call repeated with identical arguments (rules 7 and 8)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .base import CallScan, Detector, Verdict
+
+if TYPE_CHECKING:
+    from ..config import AgentConfig
+
+
+class GenericRepeat(Detector[CallScan]):
+    name = "generic_repeat"
+    switch = "genericRepeat"
+    judges = "tool_call"
+
+    def evaluate(self, scan: CallScan, cfg: AgentConfig) -> Verdict | None:
+        if scan.known_poll:
+            return None
+        if scan.no_progress >= cfg.critical:
+            return Verdict("critical", self, scan.no_progress, f"generic:{scan.tool}:{scan.sig}:{scan.latest}")
+        if scan.repeats >= cfg.warning:
+            return Verdict("warning", self, scan.repeats, f"generic:{scan.tool}:{scan.sig}")
+        return None
+
+    def message(self, action: str, tool: str, count: int | None, paired: str | None) -> str:
+        if action == "block":
+            return f"Blocked: {tool} was called {count} times with identical arguments and identical outcomes."
+        return (
+            f"Warning: {tool} was called {count} times with identical arguments. If this is not "
+            "making progress, stop retrying and report the task as failed."
+        )

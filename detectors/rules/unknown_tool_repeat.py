@@ -1,0 +1,23 @@
+"""unknown_tool_repeat: a tool that does not exist, tried again and again (rule 1; no switch)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .base import CallScan, Detector, Verdict
+
+if TYPE_CHECKING:
+    from ..config import AgentConfig
+
+
+class UnknownToolRepeat(Detector[CallScan]):
+    name = "unknown_tool_repeat"
+    judges = "tool_call"
+
+    def evaluate(self, scan: CallScan, cfg: AgentConfig) -> Verdict | None:
+        if scan.unknown_streak >= cfg.unknown_tool:
+            return Verdict("critical", self, scan.unknown_streak, f"unknown-tool:{scan.tool}:{scan.missing}")
+        return None
+
+    def message(self, action: str, tool: str, count: int | None, paired: str | None) -> str:
+        return f"Blocked: the tool {tool} is unavailable and was tried {count} times. Answer without it."
