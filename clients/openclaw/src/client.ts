@@ -102,6 +102,8 @@ export class GatewayClient {
   received = 0;
   foreign = 0;
   readonly aborted = new Map<string, Decision>();
+  /** Called with every decision of this gateway as it is read, repeats included. */
+  onDecision: ((d: Decision) => void) | undefined;
 
   #options: ClientOptions;
   #producer: Producer | undefined;
@@ -242,6 +244,7 @@ export class GatewayClient {
       return;
     }
     this.received += 1;
+    this.onDecision?.(d);
     if (this.#seen.has(d.event_id)) {
       this.duplicates += 1;
       return;
@@ -291,6 +294,14 @@ export class GatewayClient {
         partition: partitionFor(key, this.eventsPartitions),
       }],
     });
+  }
+
+  /** Publish a prepared event as it is (its own seq and ts; hashed in privacy mode), without
+   * waiting for a decision: for replaying recorded events through this client. */
+  async publish(ev: WireEvent): Promise<WireEvent> {
+    const { key, value, sent } = this.encode(ev);
+    await this.#send(key, value);
+    return sent;
   }
 
   #base(runId: string, agentId?: string | null, sessionId?: string | null) {

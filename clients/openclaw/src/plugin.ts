@@ -1,0 +1,246 @@
+/**
+ * The OpenClaw hooks that make a gateway a loopwarden gateway.
+ *
+ * - before_tool_call: the call is sent and the hook waits for its decision. `block` and
+ *   `abort` stop the call with loopwarden's message as `blockReason` (the model sees it as
+ *   the tool's error); `warn` lets it run, and the message is appended to the tool's
+ *   result by tool_result_persist (the only hook that can change a result) and logged.
+ *   When no worker answers in `timeoutMs`, or the broker cannot be reached, the fail
+ *   policy decides (fail-open: run the call; fail-closed: block it). The hook never throws:
+ *   OpenClaw would block a call whose hook throws, whatever the policy says.
+ * - after_tool_call: the result (or error) is sent; calls this plugin blocked are not,
+ *   since a blocked call is not part of the run's history.
+ * - after_compaction: a compaction_retry (arms the post-compaction guard).
+ * - agent_end: a run_end (the worker drops the run).
+ * - gateway_stop: the Kafka connections are closed.
+ *
+ * Run id: the hook event's `runId`, else the context's, else the session's id or key.
+ */
+import Ajv from "ajv";
+import { readFileSync } from "node:fs";
+import { hostname } from "node:os";
+import { FAIL_CLOSED, GatewayClient, type Decision, type FailPolicy } from "./client.ts";
+
+const manifest = JSON.parse(readFileSync(new URL("../openclaw.plugin.json", import.meta.url), "utf8"));
+
+export interface LoopwardenConfig {
+  bootstrap: string;
+  gatewayId: string;
+  topicPrefix: string;
+  timeoutMs: number;
+  failPolicy: FailPolicy;
+  privacy: boolean;
+  securityProtocol: "PLAINTEXT" | "SSL" | "SASL_PLAINTEXT" | "SASL_SSL";
+  saslMechanism: "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512";
+  saslUsername?: string;
+  saslPassword?: string;
+  sslCaFile?: string;
+  maxEventBytes: number;
+}
+
+export class ConfigError extends Error {}
+
+const validate = new Ajv.default({ useDefaults: true, allErrors: true }).compile(manifest.configSchema);
+
+/** The plugin's config (plugins.entries.loopwarden.config) checked against the manifest's
+ * configSchema, with its defaults filled in; throws ConfigError naming each problem. */
+export function resolveConfig(raw: unknown): LoopwardenConfig {
+  const cfg = structuredClone(raw ?? {}) as Record<string, unknown>;
+  if (!validate(cfg)) {
+    const problems = (validate.errors ?? []).map((e) => `${e.instancePath || "config"} ${e.message}`);
+    throw new ConfigError(`loopwarden plugin config: ${problems.join("; ")}`);
+  }
+  const c = cfg as unknown as LoopwardenConfig;
+  if (c.securityProtocol.startsWith("SASL") && (!c.saslUsername || !c.saslPassword)) {
+    throw new ConfigError(`loopwarden plugin config: securityProtocol ${c.securityProtocol} needs saslUsername and saslPassword`);
+  }
+  c.gatewayId ||= hostname();
+  return c;
+}
+
+export function clientFor(c: LoopwardenConfig): GatewayClient {
+  const tls = c.securityProtocol === "SSL" || c.securityProtocol === "SASL_SSL";
+  return new GatewayClient({
+    bootstrap: c.bootstrap,
+    gatewayId: c.gatewayId,
+    topicPrefix: c.topicPrefix,
+    timeoutMs: c.timeoutMs,
+    failPolicy: c.failPolicy,
+    privacy: c.privacy,
+    maxEventBytes: c.maxEventBytes,
+    ...(tls ? { tls: c.sslCaFile ? { ca: readFileSync(c.sslCaFile, "utf8") } : {} } : {}),
+    ...(c.securityProtocol.startsWith("SASL")
+      ? { sasl: { mechanism: c.saslMechanism, username: c.saslUsername, password: c.saslPassword } }
+      : {}),
+  });
+}
+
+export interface Logger {
+  info: (message: string) => void;
+  warn: (message: string) => void;
+  error: (message: string) => void;
+}
+
+// The parts of OpenClaw's hook events and contexts read here (src/plugins/hook-types.ts);
+// index.ts registers the handlers on OpenClaw's own types, so tsc checks they fit.
+export interface ToolContext {
+  agentId?: string;
+  sessionKey?: string;
+  sessionId?: string;
+  runId?: string;
+  toolName: string;
+  toolCallId?: string;
+}
+export interface BeforeToolCallEvent {
+  toolName: string;
+  params: Record<string, unknown>;
+  runId?: string;
+  toolCallId?: string;
+}
+export interface AfterToolCallEvent extends BeforeToolCallEvent {
+  result?: unknown;
+  error?: string;
+}
+export interface AgentContext {
+  runId?: string;
+  agentId?: string;
+  sessionKey?: string;
+  sessionId?: string;
+}
+
+const RETRY_CONNECT_MS = 5000;
+const PENDING_LIMIT = 10_000;
+
+/** The hook handlers, bound to one client (started on first use, retried after failures). */
+export function createHooks(config: LoopwardenConfig, logger: Logger, client: GatewayClient = clientFor(config)) {
+  let started: Promise<GatewayClient> | undefined;
+  let failedAt = 0;
+  const warnings = new Map<string, string>(); // toolCallId -> the warning for its result
+  const blocked = new Set<string>(); // toolCallIds this plugin blocked
+
+  function ready(): Promise<GatewayClient> {
+    if (!started) {
+      if (Date.now() - failedAt < RETRY_CONNECT_MS) {
+        return Promise.reject(new Error("loopwarden is not connected (retrying shortly)"));
+      }
+      started = client.start().catch((err) => {
+        started = undefined;
+        failedAt = Date.now();
+        logger.error(`loopwarden: ${err instanceof Error ? err.message : String(err)}`);
+        throw err;
+      });
+    }
+    return started;
+  }
+
+  const remember = <T>(m: Map<string, T> | Set<string>, key: string, value?: T) => {
+    if (m.size >= PENDING_LIMIT) m.delete(m.keys().next().value!);
+    if (m instanceof Map) m.set(key, value as T);
+    else m.add(key);
+  };
+
+  const runOf = (ev: { runId?: string }, ctx: AgentContext) => ev.runId ?? ctx.runId ?? ctx.sessionId ?? ctx.sessionKey;
+
+  async function decide(event: BeforeToolCallEvent, ctx: ToolContext): Promise<Decision | undefined> {
+    const runId = runOf(event, ctx);
+    if (!runId) return undefined;
+    const toolCallId = event.toolCallId ?? ctx.toolCallId ?? null;
+    try {
+      const c = await withTimeout(ready(), config.timeoutMs);
+      return await c.check(runId, event.toolName, event.params, {
+        toolCallId, agentId: ctx.agentId ?? null, sessionId: ctx.sessionId ?? ctx.sessionKey ?? null,
+      });
+    } catch (err) {
+      client.degraded += 1;
+      const why = err instanceof Error ? err.message : String(err);
+      return client.fallback(
+        { type: "tool_call", run_id: runId, seq: 0, gateway_id: config.gatewayId, tool_name: event.toolName, tool_call_id: toolCallId },
+        why,
+      );
+    }
+  }
+
+  return {
+    client,
+
+    async before_tool_call(event: BeforeToolCallEvent, ctx: ToolContext) {
+      const d = await decide(event, ctx);
+      if (!d) return undefined;
+      const toolCallId = event.toolCallId ?? ctx.toolCallId;
+      if (d.action === "block" || d.action === "abort") {
+        if (toolCallId) remember(blocked, toolCallId);
+        const reason = d.message ?? `loopwarden: ${d.action} (${d.detector ?? "no detector"})`;
+        logger.warn(`loopwarden ${d.action} ${d.tool_name} in run ${d.run_id}: ${reason}`);
+        return { block: true, blockReason: reason };
+      }
+      if (d.action === "warn" && d.message) {
+        logger.warn(`loopwarden warning for ${d.tool_name} in run ${d.run_id}: ${d.message}`);
+        if (toolCallId) remember(warnings, toolCallId, d.message);
+      }
+      return undefined;
+    },
+
+    async after_tool_call(event: AfterToolCallEvent, ctx: ToolContext) {
+      const runId = runOf(event, ctx);
+      const toolCallId = event.toolCallId ?? ctx.toolCallId;
+      if (!runId || (toolCallId && blocked.delete(toolCallId))) return;
+      try {
+        const c = await withTimeout(ready(), config.timeoutMs);
+        const outcome = event.error !== undefined ? { error: event.error } : { result: event.result };
+        await c.result(runId, event.toolName, event.params, outcome, {
+          toolCallId: toolCallId ?? null, agentId: ctx.agentId ?? null, sessionId: ctx.sessionId ?? ctx.sessionKey ?? null,
+        });
+      } catch (err) {
+        logger.warn(`loopwarden: the result of ${event.toolName} was not sent: ${err instanceof Error ? err.message : err}`);
+      }
+    },
+
+    /** Appends a pending warning to the tool's result message (synchronous, as OpenClaw requires). */
+    tool_result_persist<M extends object>(event: { toolCallId?: string; message: M }, ctx: { toolCallId?: string }) {
+      const id = event.toolCallId ?? ctx.toolCallId;
+      const warning = id ? warnings.get(id) : undefined;
+      if (!id || warning === undefined) return undefined;
+      warnings.delete(id);
+      const old = (event.message as { content?: unknown }).content;
+      const content = Array.isArray(old) ? old : typeof old === "string" ? [{ type: "text", text: old }] : [];
+      return { message: { ...event.message, content: [...content, { type: "text", text: `[loopwarden] ${warning}` }] } as M };
+    },
+
+    async after_compaction(_event: unknown, ctx: AgentContext) {
+      const runId = runOf({}, ctx);
+      if (!runId) return;
+      try {
+        await (await withTimeout(ready(), config.timeoutMs)).compactionRetry(runId, { agentId: ctx.agentId ?? null });
+      } catch (err) {
+        logger.warn(`loopwarden: compaction of run ${runId} not sent: ${err instanceof Error ? err.message : err}`);
+      }
+    },
+
+    async agent_end(event: { runId?: string }, ctx: AgentContext) {
+      const runId = runOf(event, ctx);
+      if (!runId) return;
+      try {
+        await (await withTimeout(ready(), config.timeoutMs)).endRun(runId, { agentId: ctx.agentId ?? null });
+      } catch (err) {
+        logger.warn(`loopwarden: end of run ${runId} not sent: ${err instanceof Error ? err.message : err}`);
+      }
+    },
+
+    async gateway_stop() {
+      await client.close();
+      started = undefined;
+    },
+  };
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout;
+  return Promise.race([
+    p,
+    new Promise<T>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no connection to Kafka within ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+export { FAIL_CLOSED };
