@@ -1,83 +1,155 @@
-"""Throughput of the full `loopwarden replay` command (read JSONL, decide, write JSONL).
+"""Throughput of the full `loopwarden replay` command, side by side with a floor and an
+older revision, all timed in one run on the same file.
 
-    python -m benchmarks.replay [--events 200000]
+    python -m benchmarks.replay [--events 200000] [--baseline 952cf5e] [--repeat 3]
+    python -m benchmarks.replay --input TRACE.jsonl --config CONFIG.json
 
-Prints one JSON object. `command_events_per_s` times the real command in a subprocess
-(interpreter start-up included); `inprocess_events_per_s` times the same fold in this
-process, and `profile_top` names where the time goes.
+Prints one JSON object. Three commands are timed in rounds, in rotating order, each in a
+subprocess (interpreter start-up included): the floor (`../shared/tools/replay_floor.py`,
+which only decodes each line, hashes it and writes a line per call), this checkout's
+`loopwarden replay`, and the same command of `--baseline` (checked out with `git
+worktree add` into a temporary folder and run with this interpreter from there, so its
+own packages import). Each gets its best and median seconds and its ratio to the floor's
+best; `identical_output` says whether this checkout wrote the same bytes as the baseline.
+`profile_top` names where this checkout's time goes (in process, own time).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import io
 import json
 import os
 import pstats
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-from benchmarks.trace import CONFIG, generate
+ROOT = Path(__file__).resolve().parents[1]
+FLOOR = ROOT.parent / "shared" / "tools" / "replay_floor.py"
+GOAL_RATIO = 4.0
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _worktree(rev: str, into: str) -> str:
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", into, rev], check=True)
+    return subprocess.run(["git", "-C", into, "rev-parse", "--short", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _time(cmd: list[str], cwd: str) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def _profile(src: str, cfg: str) -> list[dict[str, object]]:
+    from detectors import load_config
+    from streams.replay import run_replay
+
+    with open(cfg, "rb") as f:
+        config = load_config(f.read())
+    prof = cProfile.Profile()
+    with open(src, "rb") as f:
+        prof.runcall(run_replay, config, f, io.BytesIO(), io.StringIO())
+    stats = pstats.Stats(prof).stats
+    top = sorted(stats.items(), key=lambda kv: kv[1][2], reverse=True)[:12]  # by own time
+    total = sum(v[2] for v in stats.values())
+    return [{"function": f"{os.path.basename(k[0])}:{k[1]}:{k[2]}", "own_share": round(v[2] / total, 3)}
+            for k, v in top]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--events", type=int, default=200_000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=200_000, help="events of the generated trace (no --input)")
+    ap.add_argument("--input", help="a JSONL trace to time instead of the generated one")
+    ap.add_argument("--config", help="its config (with --input; default: the generated trace's config)")
+    ap.add_argument("--baseline", default="952cf5e", help="the older revision to time beside this checkout")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds; each command runs once per round")
+    ap.add_argument("--no-profile", action="store_true")
     args = ap.parse_args()
-    lines = generate(args.events)
-    with tempfile.TemporaryDirectory() as d:
-        src, cfg, out = (os.path.join(d, n) for n in ("events.jsonl", "config.json", "decisions.jsonl"))
-        with open(src, "wb") as f:
-            f.write(b"\n".join(lines) + b"\n")
-        with open(cfg, "w") as f:
-            json.dump(CONFIG, f)
+
+    with tempfile.TemporaryDirectory(prefix="loopwarden-replay-bench-") as d:
+        src, cfg = args.input, args.config
+        if src is None:
+            from benchmarks.trace import CONFIG, generate
+
+            src = os.path.join(d, "events.jsonl")
+            with open(src, "wb") as f:
+                f.write(b"\n".join(generate(args.events)) + b"\n")
+            if cfg is None:
+                cfg = os.path.join(d, "config.json")
+                with open(cfg, "w") as f:
+                    json.dump(CONFIG, f)
+        if cfg is None:
+            from benchmarks.trace import CONFIG
+
+            cfg = os.path.join(d, "config.json")
+            with open(cfg, "w") as f:
+                json.dump(CONFIG, f)
+        src, cfg = os.path.abspath(src), os.path.abspath(cfg)
         size = os.path.getsize(src)
-        cmd = [sys.executable, "-m", "streams.cli", "replay", "--config", cfg, "--input", src, "--output", out]
-        best = float("inf")
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            subprocess.run(cmd, check=True)
-            best = min(best, time.perf_counter() - t0)
-        with open(out, "rb") as f:
-            decisions = [json.loads(x) for x in f]
-
-        from detectors import load_config
-        from streams.replay import run_replay
-
-        config = load_config(json.dumps(CONFIG))
-        t0 = time.perf_counter()
         with open(src, "rb") as f:
-            run_replay(config, f, io.BytesIO(), io.StringIO())
-        inproc = time.perf_counter() - t0
+            events = sum(1 for _ in f)
+        wt = os.path.join(d, "baseline")
+        rev = _worktree(args.baseline, wt)
+        try:
+            out = {k: os.path.join(d, f"{k}.jsonl") for k in ("floor", "baseline", "current")}
+            replay = [sys.executable, "-m", "streams.cli", "replay", "--config", cfg, "--input", src, "--output"]
+            commands = {
+                "floor": ([sys.executable, str(FLOOR), src, out["floor"]], str(ROOT)),
+                "baseline": (replay + [out["baseline"]], wt),
+                "current": (replay + [out["current"]], str(ROOT)),
+            }
+            times: dict[str, list[float]] = {k: [] for k in commands}
+            names = list(commands)
+            for r in range(args.repeat):
+                for k in names[r % len(names):] + names[: r % len(names)]:  # rotate the order each round
+                    cmd, cwd = commands[k]
+                    times[k].append(_time(cmd, cwd))
+            identical = _sha256(out["current"]) == _sha256(out["baseline"])
+            current_sha = _sha256(out["current"])
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", wt], check=False)
+        profile = [] if args.no_profile else _profile(src, cfg)
 
-        prof = cProfile.Profile()
-        with open(src, "rb") as f:
-            prof.runcall(run_replay, config, f, io.BytesIO(), io.StringIO())
-        stats = pstats.Stats(prof)
-        top = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:8]  # by own time
-        total = sum(v[2] for v in stats.stats.values())
+    floor = min(times["floor"])
 
-    actions: dict[str, int] = {}
-    for dd in decisions:
-        actions[dd["action"]] = actions.get(dd["action"], 0) + 1
+    def row(k: str) -> dict[str, object]:
+        best = min(times[k])
+        return {
+            "seconds_best": round(best, 3),
+            "seconds_median": round(statistics.median(times[k]), 3),
+            "events_per_s": round(events / best),
+            "ratio_to_floor": round(best / floor, 2),
+        }
+
     print(json.dumps({
         "benchmark": "replay",
-        "events": len(lines),
+        "input": args.input or f"benchmarks.trace, {args.events} events",
+        "events": events,
         "input_bytes": size,
-        "mean_event_bytes": round(size / len(lines)),
-        "decisions": len(decisions),
-        "actions": actions,
-        "command_seconds": round(best, 3),
-        "command_events_per_s": round(len(lines) / best),
-        "inprocess_events_per_s": round(len(lines) / inproc),
-        "goal_events_per_s": 75_000,
-        "profile_top": [
-            {"function": f"{os.path.basename(k[0])}:{k[2]}", "own_share": round(v[2] / total, 3)} for k, v in top
-        ],
+        "rounds": args.repeat,
+        "floor": row("floor"),
+        "baseline": {"rev": rev, **row("baseline")},
+        "current": row("current"),
+        "goal_ratio_to_floor": GOAL_RATIO,
+        "current_over_baseline_speed": round(min(times["baseline"]) / min(times["current"]), 2),
+        "identical_output": identical,
+        "output_sha256": current_sha,
+        "profile_top": profile,
     }, indent=2))
 
 

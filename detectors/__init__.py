@@ -10,8 +10,8 @@ from .state import RunState, decode_state, encode_state
 from .wire import CompactionRetry, Decision, Event, RunEnd, ToolCall, ToolResult, decode_event, encode
 
 __all__ = [
-    "AgentConfig", "CompactionRetry", "ConfigError", "Decision", "DecodeError", "DetectionConfig", "Event", "EventError",
-    "Folded", "LoopwardenError", "OversizeError", "SetAside", "RunEnd", "RunState", "StaleSeqError",
+    "AgentConfig", "CompactionRetry", "ConfigError", "Decision", "DecodeError", "DetectionConfig", "Event",
+    "EventError", "Folded", "LoopwardenError", "OversizeError", "SetAside", "RunEnd", "RunState", "StaleSeqError",
     "ToolCall", "ToolResult", "apply", "canon", "canon_exact", "decode_event", "decode_state", "digest",
     "encode", "encode_state", "fingerprint", "fold", "load_config", "replay", "replay_iter",
 ]

@@ -62,7 +62,7 @@ def _positive_int(v: Any) -> int | None:
     return None
 
 
-def _merge(base: dict, over: dict) -> dict:
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(out.get(k), dict):
@@ -72,7 +72,7 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _block(obj: Any, where: str, warnings: list[str]) -> dict:
+def _block(obj: Any, where: str, warnings: list[str]) -> dict[str, Any]:
     """The `tools.loopDetection` object under obj, or {} with a warning when malformed."""
     if not isinstance(obj, dict):
         return {}
@@ -91,7 +91,7 @@ def _block(obj: Any, where: str, warnings: list[str]) -> dict:
     return ld
 
 
-def _own_fields(block: dict) -> set[str]:
+def _own_fields(block: dict[str, Any]) -> set[str]:
     out = set()
     for k, v in block.items():
         out.add(k)
@@ -100,7 +100,7 @@ def _own_fields(block: dict) -> set[str]:
     return out
 
 
-def _idle_timeout(doc: dict, warnings: list[str]) -> int:
+def _idle_timeout(doc: dict[str, Any], warnings: list[str]) -> int:
     """`loopwarden.runIdleTimeoutMs`: a positive integer, else the default with a warning."""
     block = doc.get("loopwarden")
     if block is None:
@@ -114,12 +114,13 @@ def _idle_timeout(doc: dict, warnings: list[str]) -> int:
     val = _positive_int(raw)
     if val is None:
         warnings.append(
-            f"loopwarden.runIdleTimeoutMs: {raw!r} is not a positive integer; using the default {DEFAULT_IDLE_TIMEOUT_MS}")
+            f"loopwarden.runIdleTimeoutMs: {raw!r} is not a positive integer; "
+            f"using the default {DEFAULT_IDLE_TIMEOUT_MS}")
         return DEFAULT_IDLE_TIMEOUT_MS
     return val
 
 
-def resolve(merged: dict, where: str, warnings: list[str], own: set[str] | None = None,
+def resolve(merged: dict[str, Any], where: str, warnings: list[str], own: set[str] | None = None,
             idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS) -> AgentConfig:
     """Defaults, fallback and clamping over a merged loopDetection block.
 
@@ -172,7 +173,8 @@ def resolve(merged: dict, where: str, warnings: list[str], own: set[str] | None 
     window = _positive_int(raw_w) if raw_w is not None else DEFAULT_WINDOW
     if window is None:
         warnings.append(
-            f"{p}postCompactionGuard.windowSize: {raw_w!r} is not a positive integer; using the default {DEFAULT_WINDOW}"
+            f"{p}postCompactionGuard.windowSize: {raw_w!r} is not a positive integer; "
+            f"using the default {DEFAULT_WINDOW}"
         )
         window = DEFAULT_WINDOW
     for w in warnings:

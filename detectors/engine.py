@@ -66,14 +66,16 @@ def _append(history: tuple[HistoryEntry, ...], rec: HistoryEntry, size: int) -> 
 
 def _warn(state: RunState, v: Verdict) -> tuple[str, dict[str, int]]:
     """Warning suppression: (action, new warning memory) for a warning verdict."""
+    key = v.warning_key
+    assert key is not None  # every warning has a key
     bucket = v.count // 10
-    last = state.warned.get(v.warning_key)
+    last = state.warned.get(key)
     if last is not None and bucket <= last:
         return "allow", state.warned
     warned = dict(state.warned)
     if last is None and len(warned) >= MAX_WARNING_KEYS:
         del warned[next(iter(warned))]
-    warned[v.warning_key] = bucket
+    warned[key] = bucket
     return "warn", warned
 
 

@@ -103,7 +103,7 @@ def unknown_tool_in(message: str) -> str | None:
     return None
 
 
-def _text_of(result: dict) -> str:
+def _text_of(result: dict[str, Any]) -> str:
     content = result.get("content")
     if not isinstance(content, list):
         return ""
@@ -115,7 +115,7 @@ def _text_of(result: dict) -> str:
     return "\n".join(parts).strip(JS_WHITESPACE)
 
 
-def _exec_outcome(details: dict, text: str) -> str | None:
+def _exec_outcome(details: dict[str, Any], text: str) -> str | None:
     status = details.get("status")
     if status == "running":
         return digest({"status": status, "tail": _str_or_none(details.get("tail")) or ""})
@@ -148,7 +148,7 @@ def _nullish(v: Any) -> Any:
     return None if v is UNSET else v
 
 
-def _process_outcome(action: str, details: dict, text: str) -> str:
+def _process_outcome(action: str, details: dict[str, Any], text: str) -> str:
     g = details.get
     if action == "poll":
         return digest(
@@ -239,8 +239,9 @@ def call_facts(ev: ToolCall | ToolResult) -> tuple[str, str, bool]:
     """(normalized tool name, args_hash, known_poll) of a call or result event."""
     tool = normalize_tool_name(ev.tool_name)
     sig = ev.args_hash if ev.args_hash is not UNSET else call_signature(tool, ev.params)
-    if ev.params is UNSET and getattr(ev, "known_poll", UNSET) is not UNSET:
-        poll = ev.known_poll  # type: ignore[union-attr]
+    poll: bool
+    if ev.params is UNSET and isinstance(ev, ToolCall) and isinstance(ev.known_poll, bool):
+        poll = ev.known_poll
     else:
         poll = is_known_poll(tool, _nullish(ev.params))
     return tool, sig, poll

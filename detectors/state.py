@@ -14,7 +14,6 @@ from __future__ import annotations
 import msgspec
 from msgspec import Struct
 
-
 STATE_VERSION = 1
 MAX_WARNING_KEYS = 256
 REMEMBERED_DECISIONS = 64

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, Union
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -43,7 +43,7 @@ class _Event(Struct, frozen=True, kw_only=True, tag_field="type", gc=False):
     ts: Millis | None = None
 
 
-class ToolCall(_Event, tag="tool_call"):
+class ToolCall(_Event, tag="tool_call", frozen=True):
     tool_name: ToolName
     tool_call_id: str | None = None
     params: Any = UNSET
@@ -51,7 +51,7 @@ class ToolCall(_Event, tag="tool_call"):
     known_poll: bool | UnsetType = UNSET
 
 
-class ToolResult(_Event, tag="tool_result"):
+class ToolResult(_Event, tag="tool_result", frozen=True):
     tool_name: ToolName
     tool_call_id: str | None = None
     params: Any = UNSET
@@ -62,15 +62,15 @@ class ToolResult(_Event, tag="tool_result"):
     unknown_tool_name: str | UnsetType = UNSET
 
 
-class CompactionRetry(_Event, tag="compaction_retry"):
+class CompactionRetry(_Event, tag="compaction_retry", frozen=True):
     pass
 
 
-class RunEnd(_Event, tag="run_end"):
+class RunEnd(_Event, tag="run_end", frozen=True):
     pass
 
 
-Event = Union[ToolCall, ToolResult, CompactionRetry, RunEnd]
+Event = ToolCall | ToolResult | CompactionRetry | RunEnd
 
 
 class Decision(Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
@@ -165,7 +165,7 @@ def decode_event(data: bytes | str) -> Event:
         for field in _ID_FIELDS:
             v = getattr(ev, field, None)
             if isinstance(v, str) and _SURROGATE.search(v):
-                raise DecodeError(f"a lone surrogate escape is not valid Unicode - at `$.{field}`")
+                raise DecodeError(f"a lone surrogate escape is not valid Unicode - at `$.{field}`") from None
     name = getattr(ev, "tool_name", "x")
     if not name.strip(JS_WHITESPACE):
         raise DecodeError("Expected `str` that is not blank after trimming - at `$.tool_name`")

@@ -76,15 +76,23 @@ class GuardScan(NamedTuple):
     same: int
 
 
-class Verdict(NamedTuple):
+class Verdict:
     """A detector that fired. `level` "critical" blocks a call (aborts on a result);
     "warning" warns, subject to warning suppression."""
 
-    level: Literal["warning", "critical"]
-    detector: Detector[CallScan] | Detector[GuardScan]
-    count: int
-    warning_key: str | None
-    paired_tool_name: str | None = None
+    __slots__ = ("level", "detector", "count", "warning_key", "paired_tool_name")
+
+    def __init__(self, level: Literal["warning", "critical"], detector: Detector[CallScan] | Detector[GuardScan],
+                 count: int, warning_key: str | None, paired_tool_name: str | None = None) -> None:
+        self.level = level
+        self.detector = detector
+        self.count = count
+        self.warning_key = warning_key
+        self.paired_tool_name = paired_tool_name
+
+    def __repr__(self) -> str:
+        return (f"Verdict({self.level!r}, {self.detector.name!r}, {self.count}, {self.warning_key!r}, "
+                f"{self.paired_tool_name!r})")
 
 
 ScanT = TypeVar("ScanT", CallScan, GuardScan)

@@ -66,7 +66,7 @@ def test_unknown_tool_repeat(events, doc, expected):
 
 
 def test_it_comes_before_a_generic_repeat_of_the_same_call():
-    same = [e for _ in range(10) for e in (call("browser", {"n": 1}), result("browser", {"n": 1}, error="Unknown tool: browser"))]
+    same = loop("browser", {"n": 1}, "error:Unknown tool: browser", 10)
     d = last(same + [call("browser", {"n": 1})], ON)
     assert verdict(d) == ("block", "critical", "unknown_tool_repeat", 10)
 
