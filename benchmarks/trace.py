@@ -1,5 +1,6 @@
 """A realistic mixed trace: many interleaved runs, payloads of a few hundred bytes,
-about a fifth of the runs stuck in one kind of loop. Deterministic for a given seed."""
+about a fifth of the runs sliding into one kind of loop (streams/tools/loops.py) after
+their first third. Deterministic for a given seed."""
 
 from __future__ import annotations
 
@@ -8,51 +9,31 @@ import random
 
 from detectors.fingerprint import fingerprint
 from detectors.wire import decode_event, encode
+from streams.tools import loops
 
-LOOP_KINDS = ("repeat", "poll", "pingpong", "unknown")
-
-
-def _params(rng: random.Random, i: int) -> dict:
-    return {
-        "path": f"/workspace/src/module_{rng.randrange(500)}/file_{i}.py",
-        "query": "def handler(request): " + "x" * rng.randrange(60, 160),
-        "options": {"limit": rng.randrange(1, 200), "recursive": rng.random() < 0.5, "ratio": round(rng.random(), 3)},
-    }
-
-
-def _result(rng: random.Random, text: str) -> dict:
-    return {
-        "content": [{"type": "text", "text": text}],
-        "details": {"bytes": len(text), "durationMs": rng.randrange(1, 900), "cached": False},
-    }
+# The loops a run can slide into without an agent config or a compaction.
+LOOP_KINDS = loops.PLAIN_LOOPS
 
 
 def _run_events(rng: random.Random, run: str, gw: str, length: int, loop: str | None):
+    """One run's events; `loop` (a name in LOOP_KINDS, or None) takes over after a third.
+    Each result also carries its size and a duration drawn afresh (so a loop of plain
+    reads makes progress in the outcome digest's eyes, as slow tools do)."""
     seq = 0
-    tools = ["read", "grep", "exec", "edit", "web_fetch", "list"]
     for i in range(length):
         stuck = loop is not None and i >= length // 3
-        if stuck and loop == "repeat":
-            tool, params, out = "read", {"path": "/workspace/README.md", "pad": "y" * 200}, "# Same\n" + "z" * 200
-        elif stuck and loop == "poll":
-            tool, params, out = "process", {"action": "poll", "sessionId": "sess-1", "pad": "p" * 150}, "still running" + " " * 100
-        elif stuck and loop == "pingpong":
-            tool = "read" if i % 2 else "list"
-            params, out = {"path": f"/workspace/{tool}", "pad": "q" * 180}, f"{tool} output " + "w" * 150
-        elif stuck and loop == "unknown":
-            tool, params, out = "web_search", {"q": f"query {i}", "pad": "u" * 150}, None
-        else:
-            tool, params, out = rng.choice(tools), _params(rng, i), "ok " + "v" * rng.randrange(80, 250) + str(i)
+        step = (loops.LOOPS[loop] if stuck else loops.NORMAL).step(i, rng)
         call_id = f"{run}-c{i}"
         yield {"type": "tool_call", "run_id": run, "seq": seq, "gateway_id": gw, "agent_id": None,
-               "ts": 1767225600000 + seq, "tool_call_id": call_id, "tool_name": tool, "params": params}
+               "ts": 1767225600000 + seq, "tool_call_id": call_id, "tool_name": step.tool, "params": step.params}
         seq += 1
         res = {"type": "tool_result", "run_id": run, "seq": seq, "gateway_id": gw, "ts": 1767225600000 + seq,
-               "tool_call_id": call_id, "tool_name": tool, "params": params}
-        if out is None:
-            res["error"] = "Unknown tool: web_search"
+               "tool_call_id": call_id, "tool_name": step.tool, "params": step.params}
+        if step.text is None:
+            res["error"] = step.error
         else:
-            res["result"] = _result(rng, out)
+            res["result"] = loops.result(step.text, {"bytes": len(step.text), "durationMs": rng.randrange(1, 900),
+                                                     "cached": False})
         yield res
         seq += 1
     yield {"type": "run_end", "run_id": run, "seq": seq, "gateway_id": gw}

@@ -1,48 +1,92 @@
-"""Hypothesis strategies for realistic event streams, shared by the property tests."""
+"""Hypothesis strategies for realistic event streams, shared by the property tests.
+
+A stream mixes single calls, whose tool, params and result are drawn independently from
+pools of odd shapes (aliases, 1 vs 1.0, plans, sends, the guard's own echo, non-object
+results) and of the catalogue's steps, with stretches of a whole kind of run from the
+catalogue (streams/tools/loops.py): a normal run or a loop, with its agent and its
+compaction."""
 
 from __future__ import annotations
 
 import json
+import random
 
 from hypothesis import strategies as st
 
-TOOLS = ["read", "exec", "Bash", "process", "command_status", "update_plan", "message", "web_fetch"]
-PARAMS = [
+from streams.tools import loops
+
+# Two steps of every kind in the catalogue (a ping-pong's two sides, a normal run's two calls).
+_SAMPLES = [kind.step(i, random.Random(i)) for kind in loops.KINDS.values() for i in (0, 1)]
+
+
+def _unique(xs: list) -> list:
+    out: list = []
+    for x in xs:
+        if x not in out:
+            out.append(x)
+    return out
+
+
+TOOLS = _unique(["read", "exec", "Bash", "process", "command_status", "update_plan", "message", "web_fetch",
+                 *(s.tool for s in _SAMPLES)])
+PARAMS = _unique([
     {"path": "/a"},
     {"path": "/b", "n": 1.0},
     {"command": "make test"},
-    {"action": "poll", "sessionId": "s1"},
     {"action": "log", "sessionId": "s1"},
     {"action": "send", "to": "x", "text": "hi"},
     {"plan": [{"step": "one", "status": "pending"}], "explanation": "why"},
     None,
     "__absent__",
-]
-RESULTS = [
+    *(s.params for s in _SAMPLES),
+])
+RESULTS = _unique([
     {"content": [{"type": "text", "text": "same"}], "details": {"bytes": 4}},
-    {"content": [{"type": "text", "text": "other"}]},
     {"details": {"status": "completed", "exitCode": 1, "aggregated": "boom", "durationMs": 5}},
     {"details": {"status": "running", "tail": "..."}},
     {"details": {"status": "blocked", "deniedReason": "tool-loop"}},
     {"details": {"messageId": "m1", "ok": True}},
-    "__error__Unknown tool: web_fetch",
     "__error__disk full",
     [1, 2],
     "__absent__",
-]
+    *(loops.result(s.text) if s.text is not None else "__error__" + str(s.error) for s in _SAMPLES),
+])
+KIND_NAMES = list(loops.KINDS)
 
 step = st.one_of(
     st.tuples(st.just("call"), st.integers(0, len(TOOLS) - 1), st.integers(0, len(PARAMS) - 1),
               st.one_of(st.none(), st.integers(0, len(RESULTS) - 1))),
+    # a stretch of one kind of run: (kind, its first step, how many steps)
+    st.tuples(st.just("kind"), st.integers(0, len(KIND_NAMES) - 1), st.integers(0, 5), st.integers(1, 25)),
     st.tuples(st.just("compaction"), st.just(0), st.just(0), st.none()),
     st.tuples(st.just("end"), st.just(0), st.just(0), st.none()),
 )
 
 
+def _kind_steps(name: str, start: int, count: int) -> list[tuple[loops.Step, str | None, bool]]:
+    """(step, agent, compaction before it) for steps start..start+count of a kind."""
+    kind = loops.KINDS[name]
+    rng = random.Random(start)
+    return [(kind.step(i, rng), kind.agent_id, i == kind.compaction_at) for i in range(start, start + count)]
+
+
 def _events_for(run: str, gw: str, steps) -> list[dict]:
-    out, seq = [], 0
+    out: list[dict] = []
+    seq = 0
     for n, (kind, t, p, r) in enumerate(steps):
         base = {"run_id": run, "seq": seq, "gateway_id": gw}
+        if kind == "kind":
+            for k, (s, agent, compaction) in enumerate(_kind_steps(KIND_NAMES[t], p, r)):
+                who = {} if agent is None else {"agent_id": agent}
+                if compaction:
+                    out.append({"type": "compaction_retry", "run_id": run, "seq": seq, "gateway_id": gw, **who})
+                    seq += 1
+                call = {"tool_name": s.tool, "tool_call_id": f"{run}-{n}-{k}", "params": s.params, **who}
+                out.append({"type": "tool_call", "run_id": run, "seq": seq, "gateway_id": gw, **call})
+                res = {"result": loops.result(s.text)} if s.text is not None else {"error": s.error}
+                out.append({"type": "tool_result", "run_id": run, "seq": seq + 1, "gateway_id": gw, **call, **res})
+                seq += 2
+            continue
         if kind == "compaction":
             out.append({"type": "compaction_retry", **base})
             seq += 1

@@ -1,7 +1,8 @@
 """`loopwarden simulate`: a fleet of gateways running normal and looping agents.
 
 Each gateway keeps M runs going; each run is one scripted agent: a normal one (every call
-different, so it must never be warned or blocked) or one of the loops of semantics.md.
+different, so it must never be warned or blocked) or one of the loops of semantics.md,
+as streams/tools/loops.py describes them.
 At the end: decision latency, throughput, loops injected vs caught per detector, and
 normal runs wrongly warned or blocked.
 """
@@ -13,24 +14,14 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from detectors.wire import Decision
 
 from ..client import GatewayClient
 from ..settings import Settings
-
-# loop kind -> the detector that must catch it
-LOOPS = {
-    "generic_repeat": "generic_repeat",
-    "known_poll_no_progress": "known_poll_no_progress",
-    "ping_pong": "ping_pong",
-    "unknown_tool_repeat": "unknown_tool_repeat",
-    "compaction_loop_persisted": "compaction_loop_persisted",
-    "global_circuit_breaker": "global_circuit_breaker",
-}
-BREAKER_AGENT = "no-generic"  # an agent whose config switches genericRepeat off (examples/config.json5)
+from .loops import KINDS, LOOPS, result
 
 
 @dataclass
@@ -59,7 +50,8 @@ class Report:
             "latency_ms": {"p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99),
                            "max": round(lat[-1] * 1000, 2) if lat else None},
             "loops": {k: {"injected": self.injected.get(k, 0), "caught": self.caught.get(k, 0),
-                          "recall": (round(self.caught.get(k, 0) / self.injected[k], 4) if self.injected.get(k) else None)}
+                          "recall": (round(self.caught.get(k, 0) / self.injected[k], 4)
+                                     if self.injected.get(k) else None)}
                       for k in LOOPS},
             "normal_runs": self.normal_runs,
             "normal_runs_wrongly_flagged": self.normal_flagged,
@@ -75,42 +67,15 @@ class Agent:
         self.c, self.run_id, self.kind, self.rng, self.think = client, run_id, kind, rng, think
         self.report, self.on_decision = report, on_decision
 
-    def _call(self, i: int) -> tuple[str, dict, dict | None, str | None]:
-        """(tool, params, result, error) of step i."""
-        k, r = self.kind, self.run_id
-        if k == "normal":
-            tool = ("read", "grep", "exec", "edit")[i % 4]
-            params = {"path": f"/ws/{r}/f{i}.py", "n": i}
-            if tool == "exec":
-                return tool, {"command": f"pytest -k case_{i}"}, {"content": [{"type": "text", "text": f"{i} passed"}],
-                                                                   "details": {"status": "completed", "exitCode": 0,
-                                                                               "aggregated": f"{i} passed"}}, None
-            return tool, params, {"content": [{"type": "text", "text": f"content {r} {i}"}]}, None
-        if k in ("generic_repeat", "global_circuit_breaker", "compaction_loop_persisted"):
-            return "exec", {"command": "python migrate.py"}, {
-                "content": [{"type": "text", "text": "RuntimeError: table locked"}],
-                "details": {"status": "failed", "exitCode": 1, "aggregated": "RuntimeError: table locked",
-                            "durationMs": self.rng.randrange(5, 90)}}, None
-        if k == "known_poll_no_progress":
-            return "process", {"action": "poll", "sessionId": f"s-{r}"}, {
-                "content": [{"type": "text", "text": "still running"}], "details": {"status": "running"}}, None
-        if k == "ping_pong":
-            if i % 2:
-                return "list", {"path": "/ws"}, {"content": [{"type": "text", "text": "a.py b.py"}]}, None
-            return "read", {"path": "/ws/a.py"}, {"content": [{"type": "text", "text": "print('a')"}]}, None
-        if k == "unknown_tool_repeat":
-            return "web_search", {"q": f"query {i}"}, None, "Unknown tool: web_search"
-        raise ValueError(k)
-
     async def run(self) -> None:
-        expected = LOOPS.get(self.kind)
-        agent = BREAKER_AGENT if self.kind == "global_circuit_breaker" else None
-        steps = self.rng.randrange(15, 40) if self.kind == "normal" else 60
+        kind = KINDS[self.kind]
+        expected, agent = kind.detector, kind.agent_id
+        steps = self.rng.randrange(15, 40) if expected is None else 60
         flagged = caught = False
         for i in range(steps):
-            if self.kind == "compaction_loop_persisted" and i == 3:
+            if i == kind.compaction_at:
                 await self.c.compaction_retry(self.run_id)
-            tool, params, result, error = self._call(i)
+            tool, params, text, error = kind.step(i, self.rng)
             t0 = time.perf_counter()
             d = await self.c.check(self.run_id, tool, params, tool_call_id=f"{self.run_id}-{i}", agent_id=agent)
             self.report.latencies.append(time.perf_counter() - t0)
@@ -125,7 +90,7 @@ class Agent:
                     caught = d.detector == expected
                     break
             await asyncio.sleep(self.rng.uniform(*self.think))
-            kw = {"result": result} if error is None else {"error": error}
+            kw = {"result": result(text)} if text is not None else {"error": error}
             await self.c.result(self.run_id, tool, params, tool_call_id=f"{self.run_id}-{i}", agent_id=agent, **kw)
             if self.run_id in self.c.aborted:
                 d = self.c.aborted[self.run_id]
@@ -173,7 +138,8 @@ async def simulate(settings: Settings, gateways: int, runs: int, seconds: float,
             caught = sum(report.caught.values())
             print(f"\r{s['seconds']:6.0f}s  checks {s['checks']:7d} ({s['checks_per_s']:.0f}/s)  "
                   f"p99 {s['latency_ms']['p99']} ms  loops caught {caught}/{sum(report.injected.values())}  "
-                  f"normal flagged {report.normal_flagged}/{report.normal_runs}   ", end="", file=sys.stderr, flush=True)
+                  f"normal flagged {report.normal_flagged}/{report.normal_runs}   ",
+                  end="", file=sys.stderr, flush=True)
 
     tick = asyncio.create_task(ticker()) if progress else None
     try:
