@@ -43,10 +43,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from benchmarks.trace import generate
 from streams.tools import localkafka
+from streams.tools.launch import Worker, stop_process
 from streams import settings as settings_mod
 from streams.client import GatewayClient, partition_for
 from streams.topics import create_topics
-from streams.worker.producer import Publisher, Record
+from streams.worker.producer import BatchProducer, OutRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 GATEWAYS = 8
@@ -63,12 +64,8 @@ def spawn(args: list[str], log: Path) -> subprocess.Popen:
 
 
 def end(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+    """SIGTERM, SIGKILL after 20 s (streams/tools/launch.py)."""
+    stop_process(proc)
 
 
 def params_of(i: int) -> dict:
@@ -199,24 +196,19 @@ async def echo_latency(bootstrap: str, rate: float, seconds: float, tmp: Path, r
 
 
 def start_worker(bootstrap: str, prefix: str, tmp: Path, name: str, extra=()) -> tuple[subprocess.Popen, int]:
+    """A healthy worker on the topics under `prefix` with CONFIG: (its process, its web port)."""
     cfg = tmp / "config.json"
     cfg.write_text(json.dumps(CONFIG))
-    port = localkafka.free_port()
-    proc = spawn([sys.executable, "-m", "streams.cli", "worker", "--bootstrap", bootstrap, "--topic-prefix", prefix,
-                  "--config", str(cfg), "--web-port", str(port), "--data-dir", str(tmp / f"data-{name}"), *extra],
-                 tmp / f"worker-{name}.log")
-    import urllib.request
+    w = Worker(worker_flags(bootstrap, prefix, tmp, name, list(extra)), tmp / f"worker-{name}.log", cwd=ROOT)
+    w.start()
+    assert w.proc is not None
+    return w.proc, w.port
 
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-                if json.loads(r.read())["status"] == "ok":
-                    return proc, port
-        except Exception:
-            time.sleep(0.3)
-    end(proc)
-    raise RuntimeError(f"worker {name} did not start; see {tmp}")
+
+def worker_flags(bootstrap: str, prefix: str, tmp: Path, name: str, extra: list[str]) -> list[str]:
+    """The worker's flags start_worker gives (its config file is tmp/config.json)."""
+    return ["--bootstrap", bootstrap, "--topic-prefix", prefix, "--config", str(tmp / "config.json"),
+            "--data-dir", str(tmp / f"data-{name}"), *extra]
 
 
 async def loopwarden_latency(bootstrap: str, rate: float, seconds: float, tmp: Path) -> list[float]:
@@ -249,9 +241,9 @@ def own_broker(bootstrap: str | None, tmp: Path, heap: str = "512m") -> tuple[st
     return broker.bootstrap, broker
 
 
-async def publish(bootstrap: str, records: list[Record]) -> None:
+async def publish(bootstrap: str, records: list[OutRecord]) -> None:
     """Publish records in explicit produce batches and wait for every acknowledgement."""
-    p = Publisher({"bootstrap_servers": bootstrap})
+    p = BatchProducer({"bootstrap_servers": bootstrap})
     await p.start()
     try:
         await p.publish(records)
@@ -265,7 +257,7 @@ async def preload(bootstrap: str, topic: str, lines: list[bytes]) -> None:
     records = []
     for ln in lines:
         run = ln[ln.index(b'"run_id":"') + 10:]
-        records.append(Record(topic, run[: run.index(b'"')], ln))
+        records.append(OutRecord(topic, run[: run.index(b'"')], ln))
     await publish(bootstrap, records)
 
 

@@ -66,13 +66,14 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from benchmarks.kafka import CONFIG, cpu_seconds, end, preload, publish, spawn, start_worker, wait_for_count
+from benchmarks.kafka import (ROOT, CONFIG, cpu_seconds, end, preload, publish, spawn, start_worker, wait_for_count,
+                              worker_flags)
 from benchmarks.trace import LOOP_KINDS, _run_events
-from streams.tools import localkafka
+from streams.tools import launch, localkafka
 from streams import settings as settings_mod
 from streams.client import partition_for
 from streams.topics import create_topics
-from streams.worker.producer import Record
+from streams.worker.producer import OutRecord
 
 BROKER_HEAP = "768m"
 PROBE_RUN = "run-000000"
@@ -123,16 +124,8 @@ def metrics(port: int) -> dict[str, float]:
 
 
 def health(port: int) -> str | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-            return json.loads(r.read())["status"]
-    except urllib.error.HTTPError as exc:  # 503 with a body that says why
-        try:
-            return json.loads(exc.read())["status"]
-        except Exception:
-            return None
-    except Exception:
-        return None
+    """The status /health gives (ok, or why not: it answers 503 with a reason), None if none."""
+    return (launch.health(port) or {}).get("status")
 
 
 def privacy_form(ev: dict) -> bytes:
@@ -157,13 +150,6 @@ def make_events(runs: int, lo: int, hi: int, seed: int = 11) -> tuple[list[bytes
     for k in range(2 * hi):
         lines.extend(evs[k] for evs in per_run if k < len(evs))
     return lines, sum(len(evs) for evs in per_run) // 2
-
-
-def worker_args(bootstrap: str, prefix: str, tmp: Path, name: str, port: int, extra: list[str]) -> list[str]:
-    """The command line benchmarks.kafka.start_worker runs (its config file, too)."""
-    return [sys.executable, "-m", "streams.cli", "worker", "--bootstrap", bootstrap, "--topic-prefix", prefix,
-            "--config", str(tmp / "config.json"), "--web-port", str(port), "--data-dir", str(tmp / f"data-{name}"),
-            *extra]
 
 
 async def read_changelog(bootstrap: str, topic: str, partitions: int,
@@ -328,7 +314,7 @@ async def compacted_part(bootstrap: str, s: settings_mod.Settings, tmp: Path,
         await admin.create_topics([NewTopic(topic, s.partitions, 1, topic_configs={"cleanup.policy": "compact"})])
     finally:
         await admin.close()
-    records = [Record(topic, k, v, None, part) for k, (part, v) in latest.items() if v is not None]
+    records = [OutRecord(topic, k, v, None, part) for k, (part, v) in latest.items() if v is not None]
     await publish(bootstrap, records)
     r = await run_probe("memory://", bootstrap, topic, s.partitions, f"{s.topic_prefix}probe-compacted",
                         tmp / "probe-compacted", tmp / "probe-compacted.log")
@@ -426,9 +412,12 @@ async def main_async(args) -> dict:
             raise RuntimeError(f"the changelog holds {changelog['live_keys']} live runs, not {args.runs}")
 
         # 2. A fresh worker recovers them.
-        port = localkafka.free_port()
+        fresh_worker = launch.Worker(worker_flags(bootstrap, prefix, tmp, "fresh", extra), tmp / "worker-fresh.log",
+                                     cwd=ROOT)
+        port = fresh_worker.port
         t0 = time.monotonic()
-        fresh = spawn(worker_args(bootstrap, prefix, tmp, "fresh", port, extra), tmp / "worker-fresh.log")
+        fresh = fresh_worker.start(wait=False).proc
+        assert fresh is not None
         procs.append(fresh)
         rec = await first_decision(bootstrap, s, fresh, port, t0, probe_event())
         rss_at_first_decision = rss_mb(fresh.pid)
