@@ -1,0 +1,94 @@
+// The plugin as OpenClaw runs it: its entry's register() is given an api whose `on`
+// collects the handlers into a registry for OpenClaw's own global hook runner; tools are
+// wrapped with OpenClaw's before_tool_call wrapper, and after_tool_call and
+// tool_result_persist are run by OpenClaw's hook runner, as its agent runner does.
+import { initializeGlobalHookRunner, resetGlobalHookRunner } from "openclaw/plugin-sdk/hook-runtime";
+import { wrapToolWithBeforeToolCallHook } from "openclaw/plugin-sdk/agent-harness-runtime";
+import { getGlobalHookRunner, type OpenClawPluginApi } from "openclaw/plugin-sdk/plugin-runtime";
+import plugin from "../src/index.ts";
+
+export interface Logged {
+  level: string;
+  message: string;
+}
+
+type Registration = { pluginId: string; hookName: string; handler: unknown; source: string };
+
+/** Hand handlers to OpenClaw's global hook runner, as its loader does after register(). */
+export function install(typedHooks: Registration[]) {
+  resetGlobalHookRunner();
+  initializeGlobalHookRunner({ plugins: [{ id: "loopwarden", status: "loaded" }], hooks: [], typedHooks } as never);
+  return getGlobalHookRunner()!;
+}
+
+export function loadPlugin(pluginConfig: Record<string, unknown>) {
+  const typedHooks: Registration[] = [];
+  const logs: Logged[] = [];
+  const api = {
+    id: "loopwarden",
+    name: "loopwarden",
+    pluginConfig,
+    logger: {
+      info: (message: string) => logs.push({ level: "info", message }),
+      warn: (message: string) => logs.push({ level: "warn", message }),
+      error: (message: string) => logs.push({ level: "error", message }),
+    },
+    on(hookName: string, handler: unknown) {
+      typedHooks.push({ pluginId: "loopwarden", hookName, handler, source: "test" });
+    },
+  } as unknown as OpenClawPluginApi;
+  plugin.register(api);
+  return { typedHooks, logs, runner: install(typedHooks) };
+}
+
+export interface ToolOutput {
+  content: { type: string; text?: string }[];
+  details?: Record<string, unknown>;
+}
+
+/** One agent run calling tools through OpenClaw's wrapper and hook runner. */
+export class AgentRun {
+  readonly ctx: { agentId: string; sessionKey: string; sessionId: string; runId: string };
+  #calls = 0;
+  readonly runner: NonNullable<ReturnType<typeof getGlobalHookRunner>>;
+  constructor(runner: NonNullable<ReturnType<typeof getGlobalHookRunner>>, runId: string) {
+    this.runner = runner;
+    this.ctx = { agentId: "main", sessionKey: `agent:main:${runId}`, sessionId: `session-${runId}`, runId };
+  }
+
+  /** Call a tool the way the runner does; returns what the model sees and the persisted message. */
+  async call(name: string, params: Record<string, unknown>, execute: () => ToolOutput) {
+    this.#calls += 1;
+    const toolCallId = `${this.ctx.runId}-call-${this.#calls}`;
+    let ran = false;
+    const tool = {
+      name, label: name, description: name, parameters: { type: "object", properties: {} },
+      execute: async () => {
+        ran = true;
+        return execute();
+      },
+    };
+    const wrapped = wrapToolWithBeforeToolCallHook(tool as never, this.ctx);
+    const result = (await wrapped.execute(toolCallId, params, undefined as never, undefined as never)) as ToolOutput;
+    await this.runner.runAfterToolCall(
+      { toolName: name, params, runId: this.ctx.runId, toolCallId, result },
+      { ...this.ctx, toolName: name, toolCallId },
+    );
+    const message = { role: "toolResult", toolCallId, toolName: name, content: result.content, isError: false, timestamp: 0 };
+    const persisted = this.runner.runToolResultPersist(
+      { toolName: name, toolCallId, message: message as never },
+      { agentId: this.ctx.agentId, sessionKey: this.ctx.sessionKey, toolName: name, toolCallId },
+    )?.message ?? message;
+    const text = result.content.map((c) => c.text ?? "").join("\n");
+    const persistedText = ((persisted as { content: { text?: string }[] }).content).map((c) => c.text ?? "").join("\n");
+    return { ran, result, text, persistedText };
+  }
+
+  async end(): Promise<void> {
+    await this.runner.runAgentEnd({ runId: this.ctx.runId, messages: [], success: true }, this.ctx);
+  }
+
+  async compacted(): Promise<void> {
+    await this.runner.runAfterCompaction({ messageCount: 3, compactedCount: 10 }, this.ctx);
+  }
+}
