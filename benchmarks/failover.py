@@ -25,7 +25,6 @@ import os
 import signal
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from statistics import median
 
@@ -34,16 +33,9 @@ from aiokafka.partitioner import murmur2
 
 from benchmarks.kafka import end, own_broker, start_worker
 from streams.tools import localkafka
+from streams.tools.launch import health
 from streams import settings as settings_mod
 from streams.topics import create_topics
-
-
-def health(port: int) -> dict | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-            return json.loads(r.read())
-    except Exception:
-        return None
 
 
 class Load:

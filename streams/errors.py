@@ -2,7 +2,8 @@
 
     LoopwardenError
     ├── SettingsError   a setting (flag, LOOPWARDEN_* variable) with an unusable value
-    └── BrokerError     the local Kafka broker cannot be fetched, started or reached
+    ├── BrokerError     the local Kafka broker cannot be fetched, started or reached
+    └── WorkerError     a worker process started here exited or never became healthy
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ class SettingsError(LoopwardenError):
 
 class BrokerError(LoopwardenError):
     """The local broker could not be fetched, started or reached."""
+
+
+class WorkerError(LoopwardenError):
+    """A worker process started by a tool (streams/tools/launch.py) exited or never said ok."""
 
 
 # Connection failures, named by their cause. aiokafka's bootstrap catches what went wrong

@@ -10,41 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 import uuid
 from pathlib import Path
 
 from .. import settings as settings_mod
-from ..errors import BrokerError
 from . import localkafka
+from .launch import Worker
+from .loops import BREAKER_AGENT
 from .simulate import simulate
 from .top import Top, show
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "config.json5"
 FALLBACK_CONFIG = {"tools": {"loopDetection": {"enabled": True}},
                    "agents": {"list": [{"id": "main", "default": True},
-                                       {"id": "no-generic", "tools": {"loopDetection": {"detectors": {"genericRepeat": False}}}}]}}
-
-
-def _wait_healthy(port: int, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise BrokerError(f"the worker exited with {proc.returncode}; see {log}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-                if json.loads(r.read()).get("status") == "ok":
-                    return
-        except Exception:
-            pass
-        time.sleep(0.3)
-    raise BrokerError(f"the worker did not become ready within {timeout:.0f}s; see {log}")
+                                       {"id": BREAKER_AGENT,
+                                        "tools": {"loopDetection": {"detectors": {"genericRepeat": False}}}}]}}
 
 
 def _exit_on_signal(signum, frame) -> None:
@@ -68,15 +51,11 @@ def run_demo(args) -> int:
         if not config.exists():
             config = work / "config.json"
             config.write_text(json.dumps(FALLBACK_CONFIG))
-        port = localkafka.free_port()
-        log = work / "worker.log"
-        print(f"starting a worker on {bootstrap} (log: {log})...", file=sys.stderr)
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "worker", "--bootstrap", bootstrap, "--topic-prefix", prefix,
-             "--config", str(config), "--web-port", str(port), "--data-dir", str(work / "data")],
-            stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-        _wait_healthy(port, worker, log)
+        worker = Worker(["--bootstrap", bootstrap, "--topic-prefix", prefix, "--config", str(config),
+                         "--data-dir", str(work / "data")], work / "worker.log")
+        port = worker.port
+        print(f"starting a worker on {bootstrap} (log: {worker.log})...", file=sys.stderr)
+        worker.start()
         settings = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
         print(f"fleet of {args.gateways} gateways for {args.seconds:g}s; metrics at http://127.0.0.1:{port}/metrics",
               file=sys.stderr)
@@ -84,12 +63,8 @@ def run_demo(args) -> int:
         print(json.dumps(report.summary(), indent=2))
         return 0
     finally:
-        if worker and worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGTERM)
-            try:
-                worker.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
+        if worker:
+            worker.stop()
         if broker:
             localkafka.stop(broker)
 
@@ -109,6 +84,6 @@ async def _fleet(settings, args, metrics_url: str):
         stop.set()
         try:
             await asyncio.wait_for(view, 5)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
+        except (TimeoutError, asyncio.CancelledError):
             pass
         await top.close()
