@@ -19,7 +19,7 @@ from detectors import DetectionConfig
 from . import watchdog
 from ..settings import Settings, read_detection_config
 from .metrics import Metrics
-from .batches import Pipeline
+from .batches import BatchLoop
 
 log = logging.getLogger("loopwarden.worker")
 
@@ -80,8 +80,8 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
     # The run states. Faust owns the table: its store, its changelog topic (compacted,
     # keyed by run_id), recovery on assignment. The store holds RunState objects written
     # by the agent, or the bytes Faust put there when it recovered a key from the
-    # changelog; the pipeline writes the touched runs' encoded states to the changelog
-    # itself, in explicit produce batches (see pipeline.py and publisher.py).
+    # changelog; the batch loop's RunStore writes the touched runs' encoded states to the
+    # changelog itself, in explicit produce batches (see run_store.py).
     runs = app.Table("runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions,
                      use_partitioner=True)
     def lags() -> dict[int, int]:
@@ -90,7 +90,7 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
         not known (the committed offset may be anywhere below the highwater)."""
         consumer, out = app.consumer, {}
         for tp in consumer.assignment():
-            done = pipeline.progress.get(tp.partition)
+            done = batches.progress.get(tp.partition)
             if tp.topic != settings.events_topic or done is None:
                 continue
             try:
@@ -107,41 +107,41 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
         # commit (Consumer.wait_empty -> commit -> call_thread) then waits forever, and
         # SIGTERM only asks for the stop already under way. Whatever happens next, the
         # process ends within the bound.
-        # The stop must not wait for the failed pipeline to acknowledge what it holds
+        # The stop must not wait for the failed batch loop to acknowledge what it holds
         # (Faust's wait_empty would, forever): those events stay unacknowledged, and the
         # partitions' next owner folds them.
         watchdog.arm(settings.stop_timeout_s, 1, f"crashed: {exc!r}")
         app.conf.stream_wait_empty = False
         os.kill(os.getpid(), signal.SIGTERM)
 
-    pipeline = Pipeline(settings, config, metrics, lambda: runs.data, lambda: sum(lags().values()),
+    batches = BatchLoop(settings, config, metrics, lambda: runs.data, lambda: sum(lags().values()),
                         lambda: app.should_stop or app.rebalancing, runs.changelog_topic.get_topic_name(), crash,
                         partition_of=lambda key: (murmur2(key) & 0x7FFFFFFF) % settings.partitions,
                         tombstone_delay=2 * app.conf.broker_commit_interval + settings.flush_interval_ms / 1000.0)
 
-    app.pipeline = pipeline  # run_worker and /health read its failure
+    app.batches = batches  # run_worker and /health read its failure
 
     @app.on_partitions_revoked.connect
     async def forget_positions(sender, revoked, **kwargs) -> None:
         for tp in revoked:
             if tp.topic == settings.events_topic:
-                pipeline.progress.pop(tp.partition, None)
+                batches.progress.pop(tp.partition, None)
 
     @app.service
-    class _Pipeline(Service):  # started and stopped with the worker
+    class _Batches(Service):  # started and stopped with the worker
         async def on_start(self) -> None:
-            await pipeline.start()
+            await batches.start()
 
         async def on_stop(self) -> None:
-            await pipeline.stop()
+            await batches.stop()
 
     @app.agent(events, concurrency=1)
-    async def judge(stream):
-        # The agent passes its events on; the pipeline folds them in batches, publishes
+    async def fold_events(stream):
+        # The agent passes its events on; the batch loop folds them in batches, publishes
         # the output and acknowledges each event by hand once that output is durable.
         stream.enable_acks = False
         async for event in stream.events():
-            await pipeline.add(event)
+            await batches.add(event)
 
     @app.task
     async def settle_memory() -> None:
@@ -162,13 +162,13 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
         return web.bytes(generate_latest(metrics.registry), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     def status() -> str:
-        if pipeline.failed is not None or app._crashed.is_set():
+        if batches.failed is not None or app._crashed.is_set():
             return "crashed"
         if app.should_stop or watchdog.armed():
             return "stopping"
-        if not pipeline.broker_ok:
+        if not batches.broker_ok:
             return "broker_unreachable"
-        if pipeline.stalled():
+        if batches.stalled():
             return "not_consuming"
         if app.rebalancing or not app.consumer.assignment():
             return "rebalancing"
@@ -201,7 +201,7 @@ def run_worker(settings: Settings) -> None:
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:
-        if app.pipeline.failed is not None and not exc.code:
+        if app.batches.failed is not None and not exc.code:
             raise SystemExit(1) from None  # stopped because output could not be published
         raise
 

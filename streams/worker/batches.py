@@ -1,4 +1,6 @@
-"""What the worker's agent hands its events to: batches, output, state flushes, acks.
+"""The worker's batch loop: what the agent hands its events to. It folds them in
+batches through the one fold (detectors.ingest), publishes decisions and dead letters,
+has the run states stored (run_store.RunStore) and acknowledges the input.
 
 The agent only passes events on (`add`). One task here folds whatever has been passed
 on since it last looked, so batches size themselves: under load many events arrive
@@ -18,21 +20,66 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple, Protocol
 
 from mode import Service
 
-from detectors import DetectionConfig, RunState, decode_state, encode_state
+from detectors import DetectionConfig, EventError
+from detectors.ingest import SetAside, fold
 
-from .metrics import Metrics
-from .fold_batch import ENDED, ended_record, observe, process_batch
-from .producer import Publisher, Record
 from ..settings import Settings
+from .metrics import Metrics
+from .producer import BatchProducer, OutRecord
+from .run_store import RunStore
 
 log = logging.getLogger("loopwarden.worker")
 
 
-class Pipeline(Service):
+class Incoming(Protocol):
+    """What the fold reads of a consumed message (Faust's Message has these attributes,
+    so the worker passes its messages as they are)."""
+
+    key: bytes | None
+    value: bytes | None
+    topic: str
+    partition: int
+    offset: int
+    timestamp: float | None  # seconds
+
+
+class DeadLetter(NamedTuple):
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+
+# A dead letter must fit the dead-letter topic (the broker's default limit is about 1 MiB
+# per record, and an event the broker accepted compressed can be larger): past these
+# sizes the value and the key are cut, and their original sizes named in headers.
+DEAD_LETTER_MAX_VALUE = 900_000
+DEAD_LETTER_MAX_KEY = 4096
+
+
+def dead_letter(msg: Incoming, err: EventError) -> DeadLetter:
+    key, value = msg.key, msg.value if msg.value is not None else b""
+    headers = [
+        ("loopwarden.error", err.reason.encode()),
+        ("loopwarden.detail", str(err).encode("utf-8", "backslashreplace")[:2000]),
+        ("loopwarden.source.topic", msg.topic.encode()),
+        ("loopwarden.source.partition", str(msg.partition).encode()),
+        ("loopwarden.source.offset", str(msg.offset).encode()),
+    ]
+    if len(value) > DEAD_LETTER_MAX_VALUE:
+        headers.append(("loopwarden.original.value_bytes", str(len(value)).encode()))
+        value = value[:DEAD_LETTER_MAX_VALUE]
+    if key is not None and len(key) > DEAD_LETTER_MAX_KEY:
+        headers.append(("loopwarden.original.key_bytes", str(len(key)).encode()))
+        key = key[:DEAD_LETTER_MAX_KEY]
+    return DeadLetter(key, value, headers)
+
+
+
+class BatchLoop(Service):
     def __init__(
         self,
         settings: Settings,
@@ -51,15 +98,14 @@ class Pipeline(Service):
         self.settings = settings
         self.config = config
         self.metrics = metrics
-        self.store = store  # the table's store (a dict-like of run key -> RunState or bytes)
-        self.changelog_topic = changelog_topic
         self.lag = lag  # events of the assigned partitions not folded yet
         self.hurry = hurry  # true while the app stops or rebalances: flush now
         self.linger = settings.batch_linger_ms / 1000.0
         self.on_error = on_error
-        self.partition_of = partition_of  # a stored run's partition (the table knows it)
-        self.publisher = Publisher(settings.kafka_kwargs())  # decisions and dead letters
-        self.states = Publisher(settings.kafka_kwargs())  # changelog records
+        self.publisher = BatchProducer(settings.kafka_kwargs())  # decisions and dead letters
+        self.states = BatchProducer(settings.kafka_kwargs())  # changelog records: a connection of their own
+        self.runs = RunStore(store, changelog_topic, self.states, partition_of, config.idle_timeout_ms,
+                             tombstone_delay)
         self.interval = settings.flush_interval_ms / 1000.0
         self.progress: dict[int, int] = {}  # partition -> last offset folded
         self._waiting: list = []  # events passed on, not folded yet
@@ -67,26 +113,9 @@ class Pipeline(Service):
         self._full = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
-        # run key -> (its partition, the state to store; bytes: an ended run's record, see
-        # below). A run's changelog partition is its events' partition: the state goes
-        # where the partition's next owner recovers it, with no partitioner to run.
-        self._dirty: dict[bytes, tuple[int, RunState | bytes]] = {}
         self._unacked: list = []  # folded since the last flush
         self._sent: list[asyncio.Future] = []  # deliveries queued since the last flush
-        # A run that ended is stored as it was just before its run_end, with the run_end's
-        # offset (processor.ended_record), and deleted (a tombstone) only once Faust has
-        # surely committed the run_end (two commit intervals after its acknowledgement).
-        # Until then a restarted worker replays the run's last events against that state
-        # and answers them as before; a tombstone written at once would make them start
-        # a new run, with other decisions.
-        self._tombstones: dict[bytes, tuple[float, int]] = {}  # ended runs -> (when acknowledged, partition)
-        # Runs idle for long in event time are dropped (semantics.md section 7): the
-        # newest `ts` folded from each partition, and a sweep of the table now and then.
-        self.newest_ts: dict[int, int] = {}
-        self.idle_timeout_ms = config.idle_timeout_ms
         self.sweep_interval = settings.state_sweep_interval_s
-        self.evicted = 0
-        self.tombstone_delay = tombstone_delay
         self._flushing = asyncio.Lock()  # one flush at a time: state records stay in order
         self._last_flush = time.monotonic()
         # Health (app.py's /health reads these).
@@ -127,46 +156,13 @@ class Pipeline(Service):
 
     @Service.task
     async def _sweep_idle_runs(self) -> None:
-        """Drop the runs idle for more than twice the idle timeout in event time
-        (semantics.md section 7: no decision changes, since the run's next event would
-        start it over anyway), from the table and, with a tombstone, the changelog.
-
-        Wall-clock paced, event-time decided: the newest `ts` folded from the run's
-        partition against the run's last `ts`. Works in chunks, so the fold loop goes on
-        in between."""
-        limit = 2 * self.idle_timeout_ms
+        """Now and then (wall-clock paced), drop the runs idle past twice the idle
+        timeout in event time (RunStore.evict_idle)."""
         while not self.should_stop:
             await self.sleep(self.sweep_interval)
-            store = self.store()
-            keys = list(store.keys())
-            for i in range(0, len(keys), 1000):
-                await asyncio.sleep(0)
-                for key in keys[i:i + 1000]:
-                    value = store.get(key)
-                    if value is None or key in self._dirty or key in self._tombstones:
-                        continue  # touched since the snapshot, or already on its way out
-                    last, part = self._last_ts(key, value)
-                    if last is None or part is None:
-                        continue
-                    newest = self.newest_ts.get(part)
-                    if newest is not None and newest - last > limit:
-                        del store[key]
-                        self._tombstones[key] = (0.0, part)  # due at the next flush
-                        self.evicted += 1
-                        self.metrics.evicted.inc()
-
-    def _last_ts(self, key: bytes, value: Any) -> tuple[int | None, int | None]:
-        """(the run's last `ts`, its partition) for a stored value."""
-        if isinstance(value, RunState):
-            state = value
-        elif isinstance(value, bytes) and value[:1] != ENDED:
-            try:
-                state = decode_state(value)
-            except Exception:
-                return None, None
-        else:
-            return None, None
-        return state.last_ts, self.partition_of(key)
+            n = await self.runs.evict_idle()
+            if n:
+                self.metrics.evicted.inc(n)
 
     def stalled(self, after: float = 30.0) -> bool:
         """Events are waiting in Kafka but none was folded for `after` seconds."""
@@ -215,11 +211,10 @@ class Pipeline(Service):
         # Once per interval; at once while the app stops or rebalances, since both wait
         # for every event to be acknowledged (and commit right after).
         now, hurry = time.monotonic(), self.hurry()
-        if self._dirty or self._unacked:
+        if self.runs.pending() or self._unacked:
             due = hurry or now - self._last_flush >= self.interval
         else:  # only tombstones left
-            due = bool(self._tombstones) and (
-                hurry or now - min(t for t, _ in self._tombstones.values()) >= self.tombstone_delay)
+            due = self.runs.tombstones_due(hurry)
         if due and self.failed is None:
             try:
                 await self._flush()
@@ -229,73 +224,82 @@ class Pipeline(Service):
     async def _handle(self, batch: list) -> None:
         s = self.settings
         msgs = [e.message for e in batch]
-        store = self.store()
-        result = process_batch(msgs, store.get, self.config, s.max_event_bytes, self.metrics)
-        where = result.where
-        for key, state in result.writes.items():
-            if state is None:
-                store.pop(key, None)
-            else:
-                store[key] = state
-            self._tombstones.pop(key, None)  # a new run took the key: no tombstone
-            self._dirty[key] = (where[key], ended_record(*result.ended[key]) if key in result.ended else state)
-        newest = self.newest_ts
-        for part, ts in result.newest_ts.items():
-            if ts > newest.get(part, ts - 1):
-                newest[part] = ts
-        out = [Record(s.decisions_topic, d.gateway_id.encode(), raw) for d, raw in zip(result.decisions, result.encoded)]
-        for dl in result.dead:
-            out.append(Record(s.deadletter_topic, dl.key, dl.value, dl.headers, None if dl.key is not None else 0))
+        runs = self.runs
+        out: list[OutRecord] = []
+        counts: dict[tuple[str, str], int] = {}
+        dead = 0
+
+        def stored(run_id: str, msg: Incoming):  # the fold's loader; the key is the run id (admit checks)
+            return runs.load(msg.key, msg.offset)  # type: ignore[arg-type]
+
+        source = ((m, m.key, m.value) for m in msgs)
+        for f in fold(source, self.config, max_event_bytes=s.max_event_bytes, load=stored):
+            msg = f.position
+            if type(f) is SetAside:
+                exc = f.error
+                if exc.reason == "internal_error":
+                    log.error("event at %s[%d]@%d set aside: %s", msg.topic, msg.partition, msg.offset, exc)
+                dl = dead_letter(msg, exc)
+                out.append(OutRecord(s.deadletter_topic, dl.key, dl.value, dl.headers, None if dl.key is not None else 0))
+                self.metrics.dead_letters.labels(exc.reason).inc()
+                dead += 1
+                continue
+            if f.event.ts is not None:
+                runs.saw(msg.partition, f.event.ts)
+            if f.after is not f.before:
+                ended = (f.before, msg.offset) if f.after is None and f.before is not None else None
+                runs.stage(f.key, msg.partition, f.after, ended)  # type: ignore[arg-type]
+            for d, raw in zip(f.decisions, f.encoded):
+                out.append(OutRecord(s.decisions_topic, d.gateway_id.encode(), raw))
+                k = (d.action, d.detector or "none")
+                counts[k] = counts.get(k, 0) + 1
         if self._sent:
             # This batch was folded while the last one travelled; wait for it before
             # queueing more, and let the events arriving meanwhile make the next batch.
             await asyncio.shield(self._sent[-1])
         if out:
             self._sent.append(await self.publisher.send(out))
-        # The states went into _dirty before these events go into _unacked: a flush in
+        # The states were staged before these events go into _unacked: a flush in
         # between stores a state ahead of its acknowledgement, never behind it.
         self._unacked.extend(batch)
         for m in msgs:
             self.progress[m.partition] = m.offset
-        observe(self.metrics, msgs, result)
+        self._observe(msgs, len(msgs) - dead, counts)
+
+    def _observe(self, msgs: list, folded: int, counts: dict[tuple[str, str], int]) -> None:
+        """Metrics once per batch (per-event calls into prometheus_client add up)."""
+        m = self.metrics
+        m.batch.observe(len(msgs))
+        m.events.inc(folded)
+        oldest = min((x.timestamp for x in msgs if x.timestamp), default=None)
+        if oldest is not None:
+            m.latency.observe(max(0.0, time.time() - oldest))
+        for (action, detector), n in counts.items():
+            m.decisions.labels(action, detector).inc(n)
 
     async def _flush(self, final: bool = False) -> None:
-        """Store the touched runs' states, then acknowledge the events they include.
+        """Store the staged run states, then acknowledge the events they include.
 
-        Runs beside the fold loop: states are immutable, so taking the dirty map is a
-        snapshot, and the changelog has a producer (a connection) of its own, so a large
-        flush never holds up the decisions queued behind it."""
+        Runs beside the fold loop: the checkpoint is taken in one step, and the
+        changelog has a producer (a connection) of its own, so a large flush never
+        holds up the decisions queued behind it."""
         async with self._flushing:
-            dirty, events, deliveries = self._dirty, self._unacked, self._sent
-            self._dirty, self._unacked, self._sent = {}, [], []
-            now = self._last_flush = time.monotonic()
-            hurry = final or self.hurry()  # stopping or rebalancing: Faust commits right after
-            due = [k for k, (t, _) in self._tombstones.items() if hurry or now - t >= self.tombstone_delay]
-            out = []
-            for i, (key, (part, state)) in enumerate(dirty.items()):
-                value = state if isinstance(state, bytes) else encode_state(state)
-                out.append(Record(self.changelog_topic, key, value, None, part))
-                if i % 64 == 63:
-                    await asyncio.sleep(0)  # let the fold loop go on between chunks
-            for key in due:
-                _, part = self._tombstones.pop(key)
-                out.append(Record(self.changelog_topic, key, None, None, part))
-            if out:
-                deliveries = [*deliveries, await self.states.send(out)]
+            events, deliveries = self._unacked, self._sent
+            self._unacked, self._sent = [], []
+            self._last_flush = time.monotonic()
+            cp = self.runs.checkpoint(final or self.hurry())  # stopping or rebalancing: Faust commits right after
+            written = await self.runs.write(cp)
+            if written is not None:
+                deliveries = [*deliveries, written]
             for d in deliveries:
                 await d
             for e in events:
                 e.ack()
-            acked = time.monotonic()
-            for key, (part, state) in dirty.items():
-                if isinstance(state, bytes):  # an ended run: its tombstone once the run_end is committed
-                    self._tombstones[key] = (acked, part)
-            if final and self._tombstones:
-                await self.states.publish([Record(self.changelog_topic, k, None, None, p)
-                                           for k, (_, p) in self._tombstones.items()])
-                self._tombstones.clear()
+            self.runs.committed(cp)
+            if final:
+                await self.runs.close()
             self.metrics.flushes.inc()
-            self.metrics.flushed_states.inc(len(out))
+            self.metrics.flushed_states.inc(len(cp.staged) + len(cp.tombstones))
 
     def _fail(self, exc: BaseException) -> None:
         # Not a bad event (those are dead letters): output could not be published.

@@ -26,7 +26,9 @@ from ..partitioner import partition_for
 BATCH_BYTES = 512 * 1024
 
 
-class Record(NamedTuple):
+class OutRecord(NamedTuple):
+    """A record to produce (named apart from the aiokafka and Faust records consumed)."""
+
     topic: str
     key: bytes | None
     value: bytes | None
@@ -34,7 +36,7 @@ class Record(NamedTuple):
     partition: int | None = None  # None: the default partitioner's choice for the key
 
 
-class Publisher(Service):
+class BatchProducer(Service):
     """An idempotent producer (acks=all) that publishes lists of records as batches."""
 
     def __init__(self, kafka_kwargs: dict, **kwargs) -> None:
@@ -70,12 +72,12 @@ class Publisher(Service):
             n = self._partitions[topic] = len(await p.partitions_for(topic))
         return n
 
-    async def send(self, records: Iterable[Record]) -> asyncio.Future:
+    async def send(self, records: Iterable[OutRecord]) -> asyncio.Future:
         """Queue every record; the returned future is done once all are acknowledged by
         the broker. Calls made one after another (never concurrently) keep their order
         within each partition, so a caller need not wait for one delivery before the next."""
         p = self._producer or await self._ensure_producer()
-        groups: dict[tuple[str, int], list[Record]] = defaultdict(list)
+        groups: dict[tuple[str, int], list[OutRecord]] = defaultdict(list)
         counts = self._partitions
         for r in records:
             part = r.partition
@@ -94,6 +96,6 @@ class Publisher(Service):
             futures.append(await p.send_batch(batch, topic, partition=part))
         return asyncio.gather(*futures)
 
-    async def publish(self, records: Iterable[Record]) -> None:
+    async def publish(self, records: Iterable[OutRecord]) -> None:
         """Publish every record and return once all are acknowledged by the broker."""
         await (await self.send(records))
