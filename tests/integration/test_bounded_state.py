@@ -1,5 +1,6 @@
-"""Runs idle past twice runIdleTimeoutMs (event time) leave the worker's table and its
-changelog; no decision changes."""
+"""A worker's run states stay within their bounds: runs idle past twice runIdleTimeoutMs
+(event time) leave its table and its changelog, and a run warned under more keys than it
+may remember keeps MAX_WARNING_KEYS of them; no decision changes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import time
 
 import pytest
 
-from detectors import DetectionConfig, decode_event, encode, replay
+from detectors import DetectionConfig, decode_event, decode_state, encode, replay
+from detectors.state import MAX_WARNING_KEYS
 from tests.integration.harness import consume, event_records, fresh_worker, produce
 
 pytestmark = pytest.mark.integration
@@ -52,3 +54,26 @@ def test_idle_runs_are_dropped_and_tombstoned(bootstrap, tmp_path, workers):
     got = [json.loads(m.value) for m in consume(bootstrap, s.decisions_topic, len(expected), timeout=30)]
     assert got == expected
     assert [d["action"] for d in got if d["run_id"] == "idle-a"] == ["allow", "allow", "warn", "allow", "allow"]
+
+
+def test_warning_memory_is_bounded_in_a_worker(bootstrap, tmp_path, workers):
+    # 300 different calls, each made three times: the third is warned under a key of its
+    # own (warningThreshold 2), so the run is warned under more keys than it may remember.
+    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG, partitions=1, extra=("--flush-interval-ms", "100"))
+    n_keys = MAX_WARNING_KEYS + 44
+    events = [{"type": "tool_call", "run_id": "many-keys", "seq": seq, "gateway_id": "gw-1", "tool_name": "read",
+               "params": {"n": k}, "ts": T0 + seq} for seq, k in enumerate(k for k in range(n_keys) for _ in range(3))]
+    produce(bootstrap, s.events_topic, event_records(events))
+    expected = [json.loads(encode(d)) for d in
+                replay([decode_event(json.dumps(e)) for e in events], DetectionConfig(CONFIG))]
+    got = [json.loads(m.value) for m in consume(bootstrap, s.decisions_topic, len(expected), timeout=60)]
+    assert got == expected, w.tail()
+    assert sum(d["action"] == "warn" for d in got) == n_keys
+    time.sleep(1.0)  # the last flush of the run's state
+    states = [m for m in consume(bootstrap, s.changelog_topic, 1, timeout=30, settle=1.5) if m.key == b"many-keys"]
+    assert states, "the run's state never reached the changelog"
+    last = decode_state(max(states, key=lambda m: m.offset).value)
+    assert last.last_seq == len(events) - 1  # the state after every event
+    assert len(last.warned) == MAX_WARNING_KEYS
+    warned_keys = [d["warning_key"] for d in got if d["action"] == "warn"]
+    assert set(last.warned) == set(warned_keys[-MAX_WARNING_KEYS:])  # the oldest were forgotten

@@ -4,9 +4,21 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from detectors import DetectionConfig, StaleSeqError, apply, decode_event, decode_state, encode, encode_state, fingerprint, replay
+from detectors import (
+    DetectionConfig,
+    StaleSeqError,
+    apply,
+    decode_event,
+    decode_state,
+    encode,
+    encode_state,
+    fingerprint,
+    replay,
+)
+from detectors.state import MAX_WARNING_KEYS, REMEMBERED_DECISIONS
 from tests.events import SMALL_CONFIG, interleaved, lines, runs
 
 CONFIG = DetectionConfig(SMALL_CONFIG)
@@ -107,11 +119,25 @@ def test_stale_tool_call_that_was_never_applied_is_rejected():
 
 
 def test_state_is_bounded_by_the_config():
-    state = None
-    for seq in range(2000):
-        e = {"type": "tool_call", "run_id": "r", "seq": seq, "gateway_id": "g", "tool_name": "read",
-             "params": {"n": seq % 500}}
-        state, _ = apply(state, decode_event(json.dumps(e)), CONFIG)
+    # Each of 300 different calls made three times: the third is warned (generic repeat,
+    # warningThreshold 2), under a key of its own, so the run remembers more keys than it
+    # may. Then the first call again: its key was forgotten, so it is warned again.
+    n_keys = MAX_WARNING_KEYS + 44
+    events = [decode_event(json.dumps({"type": "tool_call", "run_id": "r", "seq": seq, "gateway_id": "g",
+                                       "tool_name": "read", "params": {"n": k}}))
+              for seq, k in enumerate([k for k in range(n_keys) for _ in range(3)] + [0, 0, 0])]
+    state, decisions = None, []
+    for i, ev in enumerate(events):
+        if i % 97 == 0 and state is not None:
+            state = decode_state(encode_state(state))  # what the worker's table stores
+        state, ds = apply(state, ev, CONFIG)
+        decisions.extend(ds)
+    warned = [d for d in decisions if d.action == "warn"]
+    assert [(d.detector, d.seq) for d in warned] == [("generic_repeat", 3 * k + 2) for k in range(n_keys + 1)]
+    assert len(state.warned) == MAX_WARNING_KEYS  # at the bound, not under it
+    # the oldest keys went first: keys 1..44 are forgotten, 45.. and 0 (warned again) remain
+    keys = {d.seq: d.warning_key for d in warned}
+    assert set(state.warned) == {keys[3 * k + 2] for k in range(45, n_keys)} | {keys[3 * n_keys + 2]}
     assert len(state.history) == 8
-    assert len(state.answers) == 64
-    assert len(state.warned) <= 256
+    assert len(state.answers) == REMEMBERED_DECISIONS
+    assert [encode(d) for d in decisions] == [encode(d) for d in replay(events, CONFIG)]
