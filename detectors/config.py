@@ -260,6 +260,11 @@ class DetectionConfig:
             return self._default
         return self._agents.get(agent_id.strip().lower(), self.global_config)
 
+    def agents(self) -> dict[str, AgentConfig]:
+        """The listed agents' effective configs, by normalised id (an audit maps the
+        `config_hash` a decision carries back to the config that made it)."""
+        return dict(self._agents)
+
 
 def load_config(text: str | bytes, source: str = "<config>") -> DetectionConfig:
     """Parse JSON or JSON5 config text."""

@@ -107,6 +107,7 @@ def fold(
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     keyed: bool = True,
     load: Callable[[str, Any], RunState | None] | None = None,
+    config_for: Callable[[Event], DetectionConfig] | None = None,
 ) -> Iterator[Folded | SetAside]:
     """Fold messages over their runs' states: the one loop every reader runs.
 
@@ -121,6 +122,10 @@ def fold(
     with `load(run_id, position)` (the worker's store), or starts empty without a
     loader; a run that ended stays ended (None) until its next event, so a loader is
     not asked again for a state the fold has already dropped.
+
+    `config_for(event)`, when given, names the config each event is decided under
+    instead of `config` (an audit replays each event under the config its recorded
+    decision names).
     """
     states: dict[str, RunState | None] = {}
     get = states.get
@@ -131,7 +136,7 @@ def fold(
             before = get(run, _UNSEEN)
             if before is _UNSEEN:
                 before = load(run, position) if load is not None else None
-            after, decisions, encoded = step(before, ev, config)
+            after, decisions, encoded = step(before, ev, config if config_for is None else config_for(ev))
         except EventError as exc:
             yield SetAside(position, key, value if not isinstance(value, _Event) else None, exc)
             continue
