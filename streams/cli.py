@@ -108,12 +108,42 @@ def cmd_topics(args: argparse.Namespace) -> int:
     from .topics import create_topics
 
     created = asyncio.run(create_topics(s))
-    names = [s.events_topic, s.decisions_topic, s.deadletter_topic, s.changelog_topic]
+    names = [s.events_topic, s.decisions_topic, s.deadletter_topic, s.changelog_topic, s.config_topic]
     if args.json:
         print(json.dumps({"created": created, "topics": names}))
     else:
         for n in names:
             print(f"{n}: {'created' if n in created else 'exists'}")
+    return ExitCode.OK
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from .configs import publish_config, read_configs
+
+    s = _settings(args)
+    if args.action == "publish":
+        try:
+            text = Path(args.file).read_bytes()
+        except OSError as exc:
+            raise LoopwardenError(f"cannot read config {args.file}: {exc.strerror}") from None
+        cid = asyncio.run(publish_config(s, text, args.file,
+                                         warn=lambda w: print(f"warning: {args.file}: {w}", file=sys.stderr)))
+        print(cid)
+        return ExitCode.OK
+    history = asyncio.run(read_configs(s))
+    if history.current is None:
+        raise LoopwardenError(f"no config has been published on {s.config_topic} "
+                              "(workers there decide under the built-in defaults): loopwarden config publish FILE")
+    if history.current not in history.configs:
+        raise LoopwardenError(f"the current config {history.current} is not on {s.config_topic} (unreadable or removed)")
+    raw = history.configs[history.current][0]
+    source = history.sources.get(history.current, "")
+    text = raw.decode("utf-8")  # published configs were checked to be UTF-8
+    if args.json:
+        print(json.dumps({"config": history.current, "source": source, "text": text}))
+    else:
+        print(f"config: {history.current}\nsource: {source}\n")
+        print(text, end="" if text.endswith("\n") else "\n")
     return ExitCode.OK
 
 
@@ -244,6 +274,30 @@ def build_parser() -> argparse.ArgumentParser:
     _worker_flags(t)
     t.add_argument("--json", action="store_true", help="print the result as JSON")
     t.set_defaults(func=cmd_topics)
+
+    cf = sub.add_parser(
+        "config", help="publish a detection config to the config topic, or show the current one",
+        description="The config topic (<prefix>config, compacted, one partition) holds each config published, "
+        "keyed by its id (the SHA-256 of its canonical JSON, so the same config published twice is one record), "
+        "and a record naming the current one. Workers started without --config decide under the current config "
+        "(the built-in defaults while there is none) and switch to a newly published one within about a second, "
+        "without a restart; a worker started with --config keeps that file's config.",
+    )
+    cfs = cf.add_subparsers(dest="action", metavar="ACTION", required=True)
+    cp = cfs.add_parser("publish", help="check a config file, publish it and make it current; prints its id",
+                        description="Check FILE (JSON or JSON5; a file that is not is an error, exit 1; each "
+                        "unusable field is named in a warning on stderr and falls back, as replay does), publish "
+                        "it to the config topic (created if missing, with the other topics) under its id, make it "
+                        "the current config, and print the id. Exit 0 when published, 1 on an error.")
+    cp.add_argument("file", metavar="FILE", help="the config file, JSON or JSON5")
+    _worker_flags(cp)
+    cs = cfs.add_parser("show", help="print the current config: its id, source file and text",
+                        description="Read the config topic to its end and print the current config's id, the "
+                        "file it was published from and its text as published. Exit 1 with a message when no "
+                        "config was published (workers then decide under the built-in defaults).")
+    _worker_flags(cs)
+    cs.add_argument("--json", action="store_true", help="one JSON object: config (the id), source, text")
+    cf.set_defaults(func=cmd_config)
 
     k = sub.add_parser("kafka", help="a local single-node Kafka broker for development and tests (no Docker)",
                        description="fetch: download the broker jars with Maven (once). start: start the broker "

@@ -64,6 +64,11 @@ class Settings:
         return f"{self.topic_prefix}deadletter"
 
     @property
+    def config_topic(self) -> str:
+        """The detection configs and the current one (streams/configs.py)."""
+        return f"{self.topic_prefix}config"
+
+    @property
     def app_id(self) -> str:
         return f"{self.topic_prefix}worker"
 

@@ -10,7 +10,7 @@ from .settings import Settings
 
 
 async def create_topics(s: Settings) -> list[str]:
-    """Create the events, decisions, dead-letter and changelog topics; existing ones are kept.
+    """Create the events, decisions, dead-letter, changelog and config topics; existing ones are kept.
 
     A broker that cannot be reached, refuses the login or presents a certificate the CA
     does not vouch for is a BrokerError that says which (see errors.broker_error)."""
@@ -25,8 +25,12 @@ async def create_topics(s: Settings) -> list[str]:
     # (benchmarks/recovery.py: 500,938 records for 100,000 runs, about 4,400 a second).
     compacted = {"cleanup.policy": "compact", "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"}
     specs = [
-        (s.events_topic, {"cleanup.policy": "delete"}), (s.decisions_topic, {"cleanup.policy": "delete"}),
-        (s.deadletter_topic, {"cleanup.policy": "delete"}), (s.changelog_topic, compacted),
+        (s.events_topic, s.partitions, {"cleanup.policy": "delete"}),
+        (s.decisions_topic, s.partitions, {"cleanup.policy": "delete"}),
+        (s.deadletter_topic, s.partitions, {"cleanup.policy": "delete"}), (s.changelog_topic, s.partitions, compacted),
+        # The detection configs by id and the current one (streams/configs.py): one
+        # partition, so every reader sees a config before the `current` record naming it.
+        (s.config_topic, 1, compacted),
     ]
     if "SASL" in s.security_protocol and (s.sasl_username is None or s.sasl_password is None):
         raise SettingsError(f"security protocol {s.security_protocol} needs --sasl-username and --sasl-password")
@@ -47,7 +51,7 @@ async def create_topics(s: Settings) -> list[str]:
     created = []
     try:
         existing = set(await admin.list_topics())
-        todo = [NewTopic(n, s.partitions, s.replication, topic_configs=c) for n, c in specs if n not in existing]
+        todo = [NewTopic(n, p, s.replication, topic_configs=c) for n, p, c in specs if n not in existing]
         if todo:
             try:
                 await admin.create_topics(todo)

@@ -47,4 +47,5 @@ def test_topics_create_is_idempotent_and_sets_cleanup_policies(bootstrap):
     assert got == {
         f"{prefix}events": (3, "delete"), f"{prefix}decisions": (3, "delete"),
         f"{prefix}deadletter": (3, "delete"), f"{prefix}worker-runs-changelog": (3, "compact"),
+        f"{prefix}config": (1, "compact"),
     }

@@ -1,0 +1,257 @@
+"""Config as a stream: the detection configs on a compacted topic, and the current one.
+
+The topic `<prefix>config` (one partition, compacted) holds two kinds of records:
+
+- a config: key = its id (`config_id`: SHA-256 of the canonical JSON of the parsed
+  document, so the same config published twice, or once as JSON and once as JSON5, is
+  one key), value = the text exactly as published (JSON or JSON5, UTF-8), header
+  `loopwarden.source` = the file it came from;
+- the current one: key `current`, value `{"config": "<id>"}`.
+
+`publish_config` writes the config, then the `current` record, so a reader that sees a
+`current` record has already seen the config it names (compaction keeps the newest
+record of each key, which keeps that order). `read_configs` reads the topic to its end;
+a worker started without `--config` does that before it folds anything and then follows
+the topic with a `ConfigFollower` (streams/worker/app.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import json5
+
+from detectors import ConfigError, DetectionConfig, load_config
+from detectors.canonical import canon_exact
+
+from .errors import BrokerError, SettingsError, broker_error, connect_errors
+from .settings import Settings
+
+log = logging.getLogger("loopwarden.configs")
+
+CURRENT = b"current"  # the key of the record naming the current config
+SOURCE_HEADER = "loopwarden.source"
+READ_TIMEOUT_S = 30.0
+
+
+def _document(text: bytes, source: str = "<config>") -> Any:
+    try:
+        return json5.loads(text.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start})") from None
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"{source}: not valid JSON or JSON5: {exc}") from None
+
+
+def config_id(text: bytes) -> str:
+    """A config's id: `digest` (semantics.md section 2) of the parsed document, so
+    formatting, comments, key order and JSON5 syntax do not change it. The exact
+    canonical form is used: a parsed document's floats are Python floats, which the
+    wire fast path of `detectors.canonical.canon` would spell as Python does (`1.0`),
+    not as JavaScript does (`1`). Raises ConfigError for text that is not JSON5."""
+    return hashlib.sha256(canon_exact(_document(text))).hexdigest()
+
+
+@dataclass
+class ConfigHistory:
+    """What the config topic held when it was read: every config by id (its text and
+    the parsed config), the id the last `current` record named (None: none yet, or
+    tombstoned), each config's source file, and the offset after the last record read."""
+
+    configs: dict[str, tuple[bytes, DetectionConfig]] = field(default_factory=dict)
+    current: str | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+    next_offset: int = 0
+
+    def current_config(self) -> DetectionConfig | None:
+        """The current config, or None when none is named or the one named was not read."""
+        got = self.configs.get(self.current) if self.current is not None else None
+        return got[1] if got is not None else None
+
+    def add(self, key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes]] = (),
+            where: str = "config topic") -> None:
+        """Take one record of the topic in. An unreadable one is logged and skipped."""
+        try:
+            if key == CURRENT:
+                if value is None:
+                    self.current = None
+                    return
+                named = json.loads(value)["config"]
+                if not isinstance(named, str) or not named:
+                    raise ValueError(f"'config' is not an id: {named!r}")
+                self.current = named
+                return
+            if key is None:
+                raise ValueError("a record without a key")
+            cid = key.decode("ascii")
+            if value is None:  # a tombstone: the config is gone
+                self.configs.pop(cid, None)
+                self.sources.pop(cid, None)
+                return
+            source = next((v.decode("utf-8", "replace") for k, v in headers if k == SOURCE_HEADER), "")
+            if config_id(value) != cid:
+                raise ValueError("the text's id is not the record's key")
+            self.configs[cid] = (value, load_config(value, source=source or cid))
+            self.sources[cid] = source
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, ConfigError) as exc:
+            log.warning("skipping an unreadable record (key %r) at %s: %s", key, where, exc)
+
+
+def _client_kwargs(s: Settings) -> dict[str, Any]:
+    if "SASL" in s.security_protocol and (s.sasl_username is None or s.sasl_password is None):
+        raise SettingsError(f"security protocol {s.security_protocol} needs --sasl-username and --sasl-password")
+    try:
+        return s.kafka_kwargs()
+    except OSError as exc:  # ssl.SSLError too: an unreadable or malformed --ssl-cafile
+        raise SettingsError(f"cannot load the TLS files (--ssl-cafile {s.ssl_cafile}): {exc}") from None
+
+
+async def _started(client: Any, s: Settings) -> None:
+    from aiokafka.errors import KafkaError
+
+    with connect_errors() as seen:
+        try:
+            await client.start()
+        except KafkaError as exc:
+            await client.stop()
+            raise broker_error(exc, s, seen) from None
+
+
+def _consumer(s: Settings) -> Any:
+    from aiokafka import AIOKafkaConsumer
+
+    try:  # no group: nothing is committed, every reader reads the whole topic
+        return AIOKafkaConsumer(**_client_kwargs(s), group_id=None, enable_auto_commit=False,
+                                auto_offset_reset="earliest")
+    except ValueError as exc:  # aiokafka's check of the protocol and SASL mechanism
+        raise SettingsError(f"cannot connect with these settings: {exc}") from None
+
+
+async def publish_config(settings: Settings, text: bytes, source: str,
+                         warn: Callable[[str], None] | None = None) -> str:
+    """Validate `text` (a ConfigError is raised as it is; each warning of the load goes
+    to `warn`, or to the log), publish it under its id, then make it current. Returns
+    the id. The topics are created first if missing (as a worker does at start)."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError
+
+    from .topics import create_topics
+
+    config = load_config(text, source=source)
+    cid = config_id(text)
+    for w in config.warnings:
+        (warn or (lambda m: log.warning("%s: %s", source, m)))(w)
+    created = settings.config_topic in await create_topics(settings)
+    try:
+        producer = AIOKafkaProducer(**_client_kwargs(settings), acks="all", enable_idempotence=True)
+    except ValueError as exc:
+        raise SettingsError(f"cannot connect with these settings: {exc}") from None
+    await _started(producer, settings)
+    topic = settings.config_topic
+    quiet = _NewTopicRetries()
+    if created:
+        logging.getLogger("aiokafka.producer.sender").addFilter(quiet)
+    try:
+        await producer.send_and_wait(topic, text, key=cid.encode(), partition=0,
+                                     headers=[(SOURCE_HEADER, source.encode("utf-8", "replace"))])
+        await producer.send_and_wait(topic, json.dumps({"config": cid}).encode(), key=CURRENT, partition=0)
+    except KafkaError as exc:
+        raise broker_error(exc, settings) from None
+    finally:
+        logging.getLogger("aiokafka.producer.sender").removeFilter(quiet)
+        await producer.stop()
+    return cid
+
+
+class _NewTopicRetries(logging.Filter):
+    """Drops aiokafka's warning for a produce retried because a topic created a moment ago
+    has no leader ready yet (the retry succeeds; the command prints nothing about it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (record.msg.startswith("Got error produce response on topic-partition")
+                    and any(getattr(a, "__name__", "") == "NotLeaderForPartitionError" for a in args))
+
+
+async def _read_to(consumer: Any, tp: Any, history: ConfigHistory, end: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while history.next_offset < end:
+        if time.monotonic() > deadline:
+            raise BrokerError(f"{tp.topic} was not read to its end offset {end} within {timeout:.0f} s "
+                              f"(at {history.next_offset})")
+        got = await consumer.getmany(tp, timeout_ms=500)
+        for m in got.get(tp, []):
+            history.add(m.key, m.value, m.headers, f"{tp.topic}@{m.offset}")
+            history.next_offset = m.offset + 1
+        # Compaction leaves gaps, and the last offsets may be transaction markers or
+        # removed records: the consumer's position is where the read really is.
+        history.next_offset = max(history.next_offset, await consumer.position(tp))
+
+
+async def read_configs(settings: Settings, timeout: float = READ_TIMEOUT_S) -> ConfigHistory:
+    """Every record of the config topic up to its end offset at the time of the call. A
+    topic that does not exist gives an empty history; an unreadable record is skipped."""
+    from aiokafka import TopicPartition
+    from aiokafka.errors import KafkaError
+
+    history = ConfigHistory()
+    consumer = _consumer(settings)
+    await _started(consumer, settings)
+    try:
+        topic = settings.config_topic
+        if topic not in await consumer.topics():
+            return history
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        await consumer.seek_to_beginning(tp)
+        history.next_offset = await consumer.position(tp)
+        await _read_to(consumer, tp, history, end, timeout)
+    except KafkaError as exc:
+        raise broker_error(exc, settings) from None
+    finally:
+        await consumer.stop()
+    return history
+
+
+class ConfigFollower:
+    """Follows the config topic from where a `read_configs` stopped (`history.next_offset`),
+    adding each new record to `history`. One consumer, no group, one partition."""
+
+    def __init__(self, settings: Settings, history: ConfigHistory) -> None:
+        self.settings = settings
+        self.history = history
+        self._consumer: Any = None
+        self._tp: Any = None
+
+    async def start(self) -> None:
+        from aiokafka import TopicPartition
+
+        self._consumer = _consumer(self.settings)
+        await _started(self._consumer, self.settings)
+        self._tp = TopicPartition(self.settings.config_topic, 0)
+        self._consumer.assign([self._tp])
+        self._consumer.seek(self._tp, self.history.next_offset)
+
+    async def poll(self, timeout_s: float = 1.0) -> bool:
+        """Wait up to `timeout_s` for new records; whether any was taken in."""
+        got = await self._consumer.getmany(self._tp, timeout_ms=int(timeout_s * 1000))
+        msgs = got.get(self._tp, [])
+        for m in msgs:
+            self.history.add(m.key, m.value, m.headers, f"{self._tp.topic}@{m.offset}")
+            self.history.next_offset = m.offset + 1
+        return bool(msgs)
+
+    async def stop(self) -> None:
+        if self._consumer is not None:
+            try:
+                await asyncio.wait_for(self._consumer.stop(), 5.0)
+            except Exception as exc:  # a consumer that cannot reach its broker
+                log.warning("the config topic's consumer did not stop cleanly: %r", exc)
