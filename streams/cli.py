@@ -6,7 +6,8 @@ ExitCode; the work lives in the module it names. The exit codes, for every subco
     0  done
     1  error: `Error: ...` on stderr names it; nothing, or not everything, was done
     2  the command line is wrong (argparse names the option), or a check found what it
-       looks for: `simulate` missed a loop or flagged a normal run
+       looks for: `simulate` missed a loop or flagged a normal run; `audit` found
+       mismatched, missing, unexpected or conflicting decisions
     3  `replay` finished, but some input lines were malformed (each named on stderr)
   130  stopped by Ctrl-C (SIGINT) before it was done (`top --once`, `demo`); a `worker`
        only when its graceful stop did not finish in time (it exits 0 when it did)
@@ -28,6 +29,9 @@ from detectors.errors import LoopwardenError
 
 from . import settings as settings_mod
 
+DEFAULT_LOOKBACK = "24h"  # the default run idle timeout (semantics.md section 7)
+DEFAULT_GRACE = "5m"
+
 
 class ExitCode(enum.IntEnum):
     OK = 0
@@ -39,7 +43,7 @@ class ExitCode(enum.IntEnum):
 
 
 EPILOG = """exit codes: 0 done; 1 error (named on stderr); 2 wrong command line, or simulate
-found a missed loop or a flagged normal run; 3 replay skipped malformed lines; 130/143
+found a missed loop or a flagged normal run, or audit found decisions that differ; 3 replay skipped malformed lines; 130/143
 stopped by SIGINT/SIGTERM before done (a worker: only when its graceful stop had to be
 cut short)."""
 
@@ -93,6 +97,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"{report.bad} malformed line(s) skipped", file=sys.stderr)
         return ExitCode.BAD_INPUT
     return ExitCode.OK
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from .audit.command import run_audit
+
+    return run_audit(_settings(args), args)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -274,6 +284,47 @@ def build_parser() -> argparse.ArgumentParser:
     _worker_flags(t)
     t.add_argument("--json", action="store_true", help="print the result as JSON")
     t.set_defaults(func=cmd_topics)
+
+    au = sub.add_parser(
+        "audit", help="replay the topics and compare every decision with the one recorded",
+        description="Read the events topic (all partitions, or those of --run / --gateway) for a time range, "
+        "replay each event through the core under the config its recorded decision names, and match each "
+        "replayed decision with the one on the decisions topic by event_id. A run already under way at --from "
+        "is replayed from its start, found within --lookback; runs whose start is not found are reported as "
+        "partial and not compared. Exit 0 when every decision matched, 2 when some were mismatched, missing "
+        "(replayed, none recorded: the gateway never got its answer), unexpected (recorded, nothing replayed) "
+        "or conflicting (one event_id recorded with two verdicts), 1 on an error.",
+    )
+    _worker_flags(au)
+    au.add_argument("--from", dest="start", metavar="TIME",
+                    help="start of the range: an ISO-8601 time (2026-11-30T12:00:00Z), a relative one (-2h, -30m, "
+                    "-1d) or 'beginning' (default: the beginning of the topics)")
+    au.add_argument("--to", dest="end", metavar="TIME", help="end of the range, as --from (default: now)")
+    au.add_argument("--lookback", default=DEFAULT_LOOKBACK, metavar="DURATION",
+                    help="how far before --from to look for the start of runs already under way (default 24h, "
+                    "the default run idle timeout: a run quiet that long has started over)")
+    au.add_argument("--run", action="append", metavar="RUN_ID", help="audit only this run (repeatable)")
+    au.add_argument("--gateway", action="append", metavar="GATEWAY_ID",
+                    help="audit only this gateway's runs (repeatable)")
+    au.add_argument("--config", metavar="FILE",
+                    help="what-if: also replay under this config, and report what would change against what was "
+                    "decided (calls newly warned or blocked, warnings and blocks that vanish, aborts gained or lost)")
+    au.add_argument("--worker-config", action="append", metavar="FILE",
+                    help="a config workers were pinned with (--config): decisions naming its hash are replayed "
+                    "under it (configs published to the config topic are found there); repeatable")
+    au.add_argument("--grace", default=DEFAULT_GRACE, metavar="DURATION",
+                    help="how long after an event its decision may be recorded (default 5m); a later one counts as "
+                    "missing. Memory holds the decisions of this window, never the events read")
+    au.add_argument("--max-event-bytes", type=int, help="larger events are set aside, as the workers do (default 1 MiB)")
+    au.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
+    au.add_argument("--diff", metavar="FILE",
+                    help="write one JSON line per mismatch, missing, unexpected or conflicting decision, and per "
+                    "what-if change, with both decisions")
+    au.add_argument("--html", metavar="FILE",
+                    help="write a self-contained HTML report (opens from disk, no network): the summary, decisions "
+                    "by action, detector, agent and tool, warnings and blocks per minute, a timeline of each run "
+                    "with a mismatch, block or abort, the configs used")
+    au.set_defaults(func=cmd_audit)
 
     cf = sub.add_parser(
         "config", help="publish a detection config to the config topic, or show the current one",

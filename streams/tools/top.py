@@ -15,19 +15,18 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import re
 import signal
 import sys
 import time
 import urllib.request
-from collections import Counter, deque
-from datetime import datetime
+from collections import Counter
 from typing import Any, Iterable
 
 from detectors.wire import Decision, decode_decision
 
 from ..errors import BrokerError, SettingsError
 from ..settings import Settings
+from ..times import parse_from
 
 ACTIONS = ("allow", "warn", "block", "abort")
 FLAGGED = ("warn", "block", "abort")
@@ -234,31 +233,6 @@ class TopState:
 
 
 # --- pure helpers ------------------------------------------------------------------------
-
-_RELATIVE = re.compile(r"^-?\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)$")
-_UNIT = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
-
-
-def parse_from(text: str | None, now: float) -> float | str:
-    """`--from`: "now", "beginning", an ISO-8601 time (no zone: local time) or a relative
-    one like -10m, -30s, -2h, -1d. Returns "now", "beginning" or seconds since the epoch."""
-    if text is None:
-        return "now"
-    t = text.strip().lower()
-    if t in ("now", "end", "latest"):
-        return "now"
-    if t in ("beginning", "earliest", "start"):
-        return "beginning"
-    m = _RELATIVE.match(t)
-    if m:
-        return now - float(m.group(1)) * _UNIT[m.group(2)]
-    try:
-        dt = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise SettingsError(f"--from {text!r} is neither an ISO-8601 time (2024-05-01T12:00:00Z), a relative "
-                            "one (-10m, -30s, -2h, -1d), 'now' nor 'beginning'") from None
-    return dt.timestamp()  # a naive time is taken as local time
-
 
 def parse_lags(text: str) -> dict[int, int]:
     """`loopwarden_consumer_lag{partition=...}` of one worker's /metrics text."""

@@ -1,0 +1,151 @@
+"""Reading the events and decisions topics for an audit: every partition (or the chosen
+ones) between two offsets found by time, in chunks, with no consumer group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from ..errors import BrokerError, broker_error, connect_errors
+from ..settings import Settings
+from .core import Msg
+
+
+class TopicRange:
+    """Partitions of one topic, each read from `starts[p]` up to `ends[p]` (exclusive;
+    the ends are fixed when the range is opened, so an audit reads a snapshot)."""
+
+    def __init__(self, settings: Settings, topic: str) -> None:
+        self.settings = settings
+        self.topic = topic
+        self.consumer: AIOKafkaConsumer | None = None
+        self.starts: dict[int, int] = {}
+        self.ends: dict[int, int] = {}
+        self.beginnings: dict[int, int] = {}
+        self.last_ts: dict[int, int] = {}  # partition -> newest timestamp read
+        self.position: dict[int, int] = {}
+        self.done: set[int] = set()
+
+    async def open(self, start_ms: int | None, end_ms: int | None, partitions: list[int] | None = None) -> None:
+        """Find the offsets: the first record at or after `start_ms` (None: the beginning)
+        and the first after `end_ms` (None: the end now)."""
+        s = self.settings
+        consumer = AIOKafkaConsumer(
+            group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
+            max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20, **s.kafka_kwargs())
+        with connect_errors() as seen:
+            try:
+                await consumer.start()
+            except KafkaError as exc:
+                await consumer.stop()
+                raise broker_error(exc, s, seen) from None
+        self.consumer = consumer
+        try:
+            if self.topic not in await consumer.topics():  # a metadata request for every topic
+                raise BrokerError(f"topic {self.topic} does not exist on {s.bootstrap} "
+                                  "(check --bootstrap and --topic-prefix)")
+            found = consumer.partitions_for_topic(self.topic)
+            if not found:  # topics() reads the metadata without keeping it: the client's own copy
+                await consumer._client.force_metadata_update()
+                found = consumer.partitions_for_topic(self.topic) or set()
+            parts = sorted(found) if partitions is None else sorted(set(partitions) & set(found))
+            tps = [TopicPartition(self.topic, p) for p in parts]
+            consumer.assign(tps)
+            first = await consumer.beginning_offsets(tps)
+            last = await consumer.end_offsets(tps)
+            starts = dict(first)
+            if start_ms is not None:
+                at = await consumer.offsets_for_times({tp: max(0, start_ms) for tp in tps})
+                starts = {tp: (at[tp].offset if at[tp] is not None else last[tp]) for tp in tps}
+            ends = dict(last)
+            if end_ms is not None:
+                at = await consumer.offsets_for_times({tp: end_ms + 1 for tp in tps})
+                ends = {tp: (at[tp].offset if at[tp] is not None else last[tp]) for tp in tps}
+        except KafkaError as exc:
+            await self.close()
+            raise broker_error(exc, s) from None
+        except BaseException:
+            await self.close()
+            raise
+        for tp in tps:
+            p = tp.partition
+            self.beginnings[p] = first[tp]
+            self.starts[p] = starts[tp]
+            self.ends[p] = ends[tp]
+            self.position[p] = starts[tp]
+            if starts[tp] >= ends[tp]:
+                self.done.add(p)
+                consumer.pause(tp)
+            else:
+                consumer.seek(tp, starts[tp])
+
+    @property
+    def total(self) -> int:
+        return sum(max(0, self.ends[p] - self.starts[p]) for p in self.ends)
+
+    @property
+    def read(self) -> int:
+        return sum(self.position[p] - self.starts[p] for p in self.ends)
+
+    @property
+    def finished(self) -> bool:
+        return len(self.done) == len(self.ends)
+
+    def complete(self, partition: int) -> bool:
+        """Read from the partition's very first record (nothing was ever deleted)."""
+        return self.starts.get(partition) == self.beginnings.get(partition) == 0
+
+    def horizon(self) -> int | None:
+        """Records up to this timestamp have been read in every partition still being
+        read (None: every partition is done, or one has not been read yet)."""
+        live = [p for p in self.ends if p not in self.done]
+        if not live:
+            return None
+        times = [self.last_ts.get(p) for p in live]
+        return None if any(t is None for t in times) else min(times)  # type: ignore[type-var]
+
+    async def chunk(self, timeout_ms: int = 1000) -> list[Msg]:
+        """The next records, each partition's in offset order; [] when done or idle."""
+        assert self.consumer is not None
+        if self.finished:
+            return []
+        try:
+            got = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=20000)
+        except KafkaError as exc:
+            raise broker_error(exc, self.settings) from None
+        out: list[Msg] = []
+        for tp, records in got.items():
+            p = tp.partition
+            end = self.ends[p]
+            for r in records:
+                if r.offset >= end:
+                    break
+                out.append(Msg(p, r.offset, r.timestamp, r.key, r.value))
+            if records:
+                kept = [r for r in records if r.offset < end]
+                if kept:
+                    self.last_ts[p] = max(self.last_ts.get(p, kept[-1].timestamp), kept[-1].timestamp)
+                self.position[p] = min(end, records[-1].offset + 1)
+            if self.position[p] >= end or (records and records[-1].offset + 1 >= end):
+                self.position[p] = end
+                self.done.add(p)
+                self.consumer.pause(tp)
+        return out
+
+    async def close(self) -> None:
+        if self.consumer is not None:
+            await self.consumer.stop()
+            self.consumer = None
+
+
+def partitions_of(keys: list[str], count: int) -> list[int]:
+    """The partitions Kafka's default partitioner puts these keys on."""
+    from ..partitioner import partition_for
+
+    return sorted({partition_for(k.encode(), count) for k in keys})
+
+
+def describe(r: TopicRange) -> dict[str, Any]:
+    return {"topic": r.topic, "partitions": len(r.ends), "records": r.total}

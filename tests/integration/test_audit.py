@@ -1,0 +1,150 @@
+"""`loopwarden audit` on a real broker: a recorded fleet audits clean; a conflicting,
+an unexpected and missing decisions are named; a what-if config reports exactly what
+an offline replay under it changes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from benchmarks.trace import CONFIG, generate
+from detectors import DetectionConfig, decode_event, encode, replay
+from tests.integration.harness import (
+    ROOT,
+    consume,
+    event_records,
+    fresh_worker,
+    new_prefix,
+    produce,
+    setup_topics,
+)
+
+pytestmark = pytest.mark.integration
+
+LOWER = {"tools": {"loopDetection": {**CONFIG["tools"]["loopDetection"], "warningThreshold": 3,
+                                     "criticalThreshold": 5, "globalCircuitBreakerThreshold": 8}}}
+
+
+def events(n: int = 1500, seed: int = 31) -> list[dict]:
+    return [json.loads(x) for x in generate(n, seed=seed, concurrent=8)]
+
+
+def offline(evs: list[dict], config: dict) -> list[dict]:
+    return [json.loads(encode(d)) for d in replay([decode_event(json.dumps(e)) for e in evs], DetectionConfig(config))]
+
+
+def audit(bootstrap: str, prefix: str, *args: str) -> tuple[int, dict]:
+    p = subprocess.run([sys.executable, "-m", "streams.cli", "audit", "--bootstrap", bootstrap, "--topic-prefix",
+                        prefix, "--json", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode in (0, 2), p.stderr
+    return p.returncode, json.loads(p.stdout)
+
+
+@pytest.fixture(scope="module")
+def recorded(bootstrap, tmp_path_factory):
+    """A fleet's events decided by a worker, every decision on the topic."""
+    tmp = tmp_path_factory.mktemp("audit")
+    started: list = []
+    s, w = fresh_worker(bootstrap, tmp, started, CONFIG)
+    evs = events()
+    want = offline(evs, CONFIG)
+    try:
+        produce(bootstrap, s.events_topic, event_records(evs))
+        got = consume(bootstrap, s.decisions_topic, len(want), timeout=90)
+        assert len(got) == len(want)
+    finally:
+        for x in started:
+            x.stop()
+    cfg = tmp / "config-w.json"  # the file the worker was pinned with
+    yield s, evs, want, cfg
+
+
+def test_a_recorded_fleet_audits_with_zero_mismatches(bootstrap, recorded, tmp_path):
+    s, evs, want, cfg = recorded
+    html = tmp_path / "report.html"
+    diff = tmp_path / "diff.jsonl"
+    code, out = audit(bootstrap, s.topic_prefix, "--worker-config", str(cfg), "--diff", str(diff),
+                      "--html", str(html))
+    assert code == 0, out
+    assert out["events"] == len(evs)
+    assert out["decisions_recorded"] == out["decisions_replayed"] == out["matched"] == len(want)
+    assert (out["mismatched"], out["missing"], out["unexpected"], out["conflicting"]) == (0, 0, 0, 0)
+    assert out["partial_runs"] == 0 and out["runs"] == len({e["run_id"] for e in evs})
+    assert out["by_action"] == {a: Counter(d["action"] for d in want)[a] for a in ("allow", "warn", "block", "abort")}
+    assert diff.read_text() == ""
+    assert out["what_if"] is None
+    assert "<html" in html.read_text().lower()
+
+
+def test_a_run_and_a_gateway_can_be_audited_alone(bootstrap, recorded):
+    s, evs, want, cfg = recorded
+    run = next(d["run_id"] for d in want if d["action"] == "block")
+    code, out = audit(bootstrap, s.topic_prefix, "--worker-config", str(cfg), "--run", run)
+    assert code == 0 and out["runs"] == 1
+    assert out["matched"] == sum(1 for d in want if d["run_id"] == run)
+    gw = want[0]["gateway_id"]
+    code, out = audit(bootstrap, s.topic_prefix, "--worker-config", str(cfg), "--gateway", gw)
+    assert code == 0 and out["matched"] == sum(1 for d in want if d["gateway_id"] == gw)
+
+
+def test_a_what_if_config_reports_what_an_offline_replay_under_it_changes(bootstrap, recorded, tmp_path):
+    s, evs, want, cfg = recorded
+    lower = tmp_path / "lower.json"
+    lower.write_text(json.dumps(LOWER))
+    code, out = audit(bootstrap, s.topic_prefix, "--worker-config", str(cfg), "--config", str(lower))
+    assert code == 0  # the recorded decisions still match; the what-if is a report
+    then = {d["event_id"]: d["action"] for d in want}
+    now = {d["event_id"]: d["action"] for d in offline(evs, LOWER)}
+    expect = Counter()
+    for eid in then.keys() | now.keys():
+        a, b = then.get(eid), now.get(eid)
+        if a == b:
+            continue
+        expect["newly_warned"] += b == "warn"
+        expect["newly_blocked"] += b == "block"
+        expect["no_longer_warned"] += a == "warn"
+        expect["no_longer_blocked"] += a == "block"
+        expect["aborts_gained"] += b == "abort"
+        expect["aborts_lost"] += a == "abort"
+    w = out["what_if"]
+    assert expect["newly_warned"] + expect["newly_blocked"] > 0  # lower thresholds do change something
+    assert {k: w[k] for k in expect} == dict(expect)
+    assert w["config_hash"] == DetectionConfig(LOWER).for_agent(None).config_hash
+
+
+def test_conflicting_and_unexpected_decisions_are_named(bootstrap, recorded, tmp_path):
+    s, evs, want, cfg = recorded
+    # Copy the topics' story into fresh topics, then add a second verdict for one event
+    # and a decision for an event that never was.
+    prefix = new_prefix()
+    t = setup_topics(bootstrap, prefix)
+    produce(bootstrap, t.events_topic, event_records(evs))
+    produce(bootstrap, t.decisions_topic, [(d["gateway_id"].encode(), json.dumps(d).encode()) for d in want])
+    victim = next(d for d in want if d["action"] == "allow")
+    other = dict(victim, action="block", level="critical", detector="generic_repeat", count=99)
+    ghost = dict(victim, run_id="ghost-run", seq=5, event_id="ghost-run:5")
+    produce(bootstrap, t.decisions_topic, [(other["gateway_id"].encode(), json.dumps(other).encode()),
+                                           (ghost["gateway_id"].encode(), json.dumps(ghost).encode())])
+    diff = tmp_path / "diff.jsonl"
+    code, out = audit(bootstrap, prefix, "--worker-config", str(cfg), "--diff", str(diff))
+    assert code == 2
+    assert (out["conflicting"], out["unexpected"], out["mismatched"], out["missing"]) == (1, 1, 0, 0)
+    assert out["matched"] == len(want) - 1
+    lines = [json.loads(x) for x in diff.read_text().splitlines()]
+    assert sorted((x["kind"], x["event_id"]) for x in lines) == sorted(
+        [("conflicting", victim["event_id"]), ("unexpected", "ghost-run:5")])
+
+
+def test_events_whose_decisions_never_reached_the_topic_are_missing(bootstrap):
+    evs = events(300, seed=7)
+    want = offline(evs, {})
+    prefix = new_prefix()
+    t = setup_topics(bootstrap, prefix)
+    produce(bootstrap, t.events_topic, event_records(evs))  # no worker runs
+    code, out = audit(bootstrap, prefix)
+    assert code == 2
+    assert out["missing"] == out["decisions_replayed"] == len(want) and out["decisions_recorded"] == 0
