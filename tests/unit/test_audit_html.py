@@ -14,7 +14,7 @@ from html.parser import HTMLParser
 from streams.audit.html import CHART_MAX_BARS, render
 
 HOSTILE = """</script><img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>"'&<u>x"""
-T0_MS = 1_796_050_800_000  # 2026-11-30T17:00:00Z
+T0_MS = 1_796_058_000_000  # 2026-11-30T17:00:00Z
 
 
 def verdict(action: str, detector: str | None = None, count: int | None = None, message: str | None = None,
