@@ -63,6 +63,11 @@ def _needs_worker_extra(command: str):
                               "pip install 'loopwarden[worker]'") from None
 
 
+# `--from -10m`: a relative time is a value, not an option (argparse takes only plain
+# negative numbers for values); no parser has an option that looks like one.
+RELATIVE_TIME = re.compile(r"^-\d+(\.\d+)?\s*(s|sec|m|min|h|d)?$")
+
+
 def _read_config(path: str | None):
     return settings_mod.read_detection_config(path, warn=lambda p, w: print(f"warning: {p}: {w}", file=sys.stderr))
 
@@ -324,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write a self-contained HTML report (opens from disk, no network): the summary, decisions "
                     "by action, detector, agent and tool, warnings and blocks per minute, a timeline of each run "
                     "with a mismatch, block or abort, the configs used")
+    au._negative_number_matcher = RELATIVE_TIME  # `--from -2h`: a value, as for top
     au.set_defaults(func=cmd_audit)
 
     cf = sub.add_parser(
@@ -411,9 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a run not warned, blocked or aborted for this long is no longer listed (default 120)")
     tp.add_argument("--no-screen", action="store_true",
                     help="draw in place below the prompt instead of on the terminal's alternate screen")
-    # `--from -10m`: a relative time is a value, not an option (argparse takes only plain
-    # negative numbers for values); the parser has no option that looks like one.
-    tp._negative_number_matcher = re.compile(r"^-\d+(\.\d+)?\s*(s|sec|m|min|h|d)?$")
+    tp._negative_number_matcher = RELATIVE_TIME
     tp.set_defaults(func=cmd_top)
     return p
 

@@ -40,7 +40,7 @@ def offline(evs: list[dict], config: dict) -> list[dict]:
 def audit(bootstrap: str, prefix: str, *args: str) -> tuple[int, dict]:
     p = subprocess.run([sys.executable, "-m", "streams.cli", "audit", "--bootstrap", bootstrap, "--topic-prefix",
                         prefix, "--json", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert p.returncode in (0, 2), p.stderr
+    assert p.returncode in (0, 2) and p.stdout, p.stderr
     return p.returncode, json.loads(p.stdout)
 
 
@@ -148,3 +148,53 @@ def test_events_whose_decisions_never_reached_the_topic_are_missing(bootstrap):
     code, out = audit(bootstrap, prefix)
     assert code == 2
     assert out["missing"] == out["decisions_replayed"] == len(want) and out["decisions_recorded"] == 0
+
+
+def _produce_at(bootstrap: str, records: list[tuple[str, bytes, bytes, int]]) -> None:
+    """(topic, key, value, timestamp ms) records, each with its own timestamp."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    async def main() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        await p.start()
+        try:
+            for topic, key, value, ts in records:
+                await p.send_and_wait(topic, value, key=key, timestamp_ms=ts)
+        finally:
+            await p.stop()
+    asyncio.run(main())
+
+
+def test_a_run_under_way_at_from_is_replayed_from_its_start_or_reported_partial(bootstrap, tmp_path):
+    import time
+
+    hour = 3_600_000
+    now = int(time.time() * 1000)
+    # One looping run from 3 h ago to now, its decisions recorded as a worker made them.
+    evs = []
+    for i in range(30):
+        evs.append({"type": "tool_call", "run_id": "long", "seq": 2 * i, "gateway_id": "gw-1", "tool_name": "read",
+                    "tool_call_id": f"c{i}", "params": {"path": "/x"}, "ts": now - 3 * hour + i * 6 * 60_000 - 180_000})
+        evs.append({"type": "tool_result", "run_id": "long", "seq": 2 * i + 1, "gateway_id": "gw-1",
+                    "tool_name": "read", "tool_call_id": f"c{i}", "params": {"path": "/x"}, "result": "same",
+                    "ts": now - 3 * hour + i * 6 * 60_000 - 179_000})
+    on = {"tools": {"loopDetection": {"enabled": True}}}
+    cfg = tmp_path / "on.json"
+    cfg.write_text(json.dumps(on))
+    want = offline(evs, on)
+    assert any(d["action"] == "block" for d in want)
+    prefix = new_prefix()
+    t = setup_topics(bootstrap, prefix)
+    records = [(t.events_topic, b"long", json.dumps(e).encode(), e["ts"]) for e in evs]
+    records += [(t.decisions_topic, b"gw-1", json.dumps(d).encode(), d["ts"] + 5) for d in want]
+    _produce_at(bootstrap, records)
+    in_range = [d for d in want if d["ts"] >= now - hour]
+    # A look-back that reaches the run's first event (at -3 h): replayed from its start.
+    code, out = audit(bootstrap, prefix, "--from", "-1h", "--lookback", "24h", "--worker-config", str(cfg))
+    assert code == 0 and out["partial_runs"] == 0 and out["runs"] == 1
+    assert out["matched"] == len(in_range) and out["events"] == sum(1 for e in evs if e["ts"] >= now - hour)
+    # One that does not (-1 h - 30 min): the run is partial, its decisions not compared.
+    code, out = audit(bootstrap, prefix, "--from", "-1h", "--lookback", "30m", "--worker-config", str(cfg))
+    assert code == 0 and out["partial_runs"] == 1 and out["matched"] == 0
