@@ -114,6 +114,8 @@ export class GatewayClient {
   #running = false;
   #reader: Promise<void> | undefined;
   #offset = 0n;
+  #outbox: { message: { topic: string; key: Buffer; value: Buffer; partition: number }; resolve: () => void; reject: (e: unknown) => void }[] = [];
+  #flushing = false;
   readonly #encoder = new TextEncoder();
 
   constructor(options: ClientOptions) {
@@ -284,16 +286,29 @@ export class GatewayClient {
     return { key: ev.run_id, value, sent };
   }
 
-  async #send(key: string, value: Buffer): Promise<void> {
-    if (!this.#producer || !this.#running) throw new LoopwardenError("the client is not started (call start())");
-    await this.#producer.send({
-      messages: [{
-        topic: this.eventsTopic,
-        key: Buffer.from(key, "utf8"),
-        value,
-        partition: partitionFor(key, this.eventsPartitions),
-      }],
+  /** Queue one record; records queued while a produce request is in flight go together in
+   * the next one (one request at a time keeps their order, as aiokafka's batches do). */
+  #send(key: string, value: Buffer): Promise<void> {
+    if (!this.#producer || !this.#running) return Promise.reject(new LoopwardenError("the client is not started (call start())"));
+    const message = { topic: this.eventsTopic, key: Buffer.from(key, "utf8"), value, partition: partitionFor(key, this.eventsPartitions) };
+    return new Promise((resolve, reject) => {
+      this.#outbox.push({ message, resolve, reject });
+      if (!this.#flushing) void this.#flush();
     });
+  }
+
+  async #flush(): Promise<void> {
+    this.#flushing = true;
+    while (this.#outbox.length && this.#producer) {
+      const batch = this.#outbox.splice(0);
+      try {
+        await this.#producer.send({ messages: batch.map((b) => b.message) });
+        for (const b of batch) b.resolve();
+      } catch (err) {
+        for (const b of batch) b.reject(err);
+      }
+    }
+    this.#flushing = false;
   }
 
   /** Publish a prepared event as it is (its own seq and ts; hashed in privacy mode), without
@@ -404,10 +419,8 @@ export class GatewayClient {
 
   async close(): Promise<void> {
     this.#running = false;
-    for (const [k, w] of this.#waiting) {
-      this.#waiting.delete(k);
-      void w;
-    }
+    this.#waiting.clear(); // their checks end by their timeouts, with the fail policy
+    for (const b of this.#outbox.splice(0)) b.reject(new LoopwardenError("the client was closed"));
     await this.#reader?.catch(() => undefined);
     this.#reader = undefined;
     await Promise.allSettled([this.#producer?.close(), this.#consumer?.close()]);
