@@ -7,16 +7,18 @@ import gc
 import logging
 import os
 import signal
+from pathlib import Path
 
 import faust
 from aiokafka.partitioner import murmur2
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 
 from mode import Service
 
-from detectors import DetectionConfig
+from detectors import DetectionConfig, LoopwardenError
 
 from . import watchdog
+from ..configs import ConfigFollower, ConfigHistory, config_id
 from ..settings import Settings, read_detection_config
 from .metrics import Metrics
 from .batches import BatchLoop
@@ -48,10 +50,28 @@ def _credentials(s: Settings):
     return faust.SSLCredentials(ctx) if ctx is not None else None
 
 
-def create_app(settings: Settings, config: DetectionConfig | None = None) -> faust.App:
-    """The worker app: one agent over the events topic, one table of run states."""
-    config = config if config is not None else read_detection_config(settings.config)
+def create_app(settings: Settings, config: DetectionConfig | None = None,
+               history: ConfigHistory | None = None) -> faust.App:
+    """The worker app: one agent over the events topic, one table of run states.
+
+    Without a config (`--config` or `config`) the worker follows the config topic
+    (streams/configs.py): it starts under the current config of `history` (what
+    run_worker read from the topic before building the app; the built-in defaults
+    while there is none) and switches to each new current one between two batches."""
+    following = config is None and not settings.config
+    if following:
+        history = history if history is not None else ConfigHistory()
+        config = history.current_config()
+        config_now = history.current if config is not None else None
+        config = config if config is not None else DetectionConfig({})
+    else:
+        config = config if config is not None else read_detection_config(settings.config)
+        config_now = _file_config_id(settings.config)
     metrics = Metrics()
+    # The config in use, by id ("defaults": the built-in defaults), for dashboards and audits.
+    config_info = Gauge("loopwarden_config", "1 for the config this worker decides under, labelled by its id",
+                        ["config"], registry=metrics.registry)
+    config_info.labels(config_now or "defaults").set(1)
     app = faust.App(
         settings.app_id,
         broker=f"kafka://{settings.bootstrap}",
@@ -119,7 +139,45 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
                         partition_of=lambda key: (murmur2(key) & 0x7FFFFFFF) % settings.partitions,
                         tombstone_delay=2 * app.conf.broker_commit_interval + settings.flush_interval_ms / 1000.0)
 
+    batches.config_id = config_now
     app.batches = batches  # run_worker and /health read its failure
+
+    if following:
+        follower = ConfigFollower(settings, history)  # type: ignore[arg-type]
+
+        def adopt() -> None:
+            """The topic's current config, if it changed and has been read, for later batches."""
+            cid, new = follower.history.current, follower.history.current_config()
+            if cid is not None and new is None:
+                log.warning("the current config %s is not on %s (yet); keeping %s", cid, settings.config_topic,
+                            batches.config_id or "defaults")
+                return
+            if cid != batches.config_id:
+                batches.use_config(new or DetectionConfig({}), cid)  # between two batches; logged there
+                config_info.clear()
+                config_info.labels(cid or "defaults").set(1)
+
+        @app.service
+        class _FollowConfigs(Service):  # polls the config topic about once a second
+            async def on_start(self) -> None:
+                await follower.start()
+                log.warning("following %s from offset %d; config %s", settings.config_topic,
+                            follower.history.next_offset, batches.config_id or "defaults")
+
+            async def on_stop(self) -> None:
+                await follower.stop()
+
+            @Service.task
+            async def _follow(self) -> None:
+                while not self.should_stop:
+                    try:
+                        if await follower.poll(1.0):
+                            adopt()
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as exc:  # the config in use stays; try again
+                        log.warning("cannot read %s: %r", settings.config_topic, exc)
+                        await self.sleep(1.0)
 
     @app.on_partitions_revoked.connect
     async def forget_positions(sender, revoked, **kwargs) -> None:
@@ -181,17 +239,32 @@ def create_app(settings: Settings, config: DetectionConfig | None = None) -> fau
             assigned = sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == settings.events_topic)
         except Exception:  # the consumer is not started yet
             assigned = []
-        return web.json({"status": st, "app": settings.app_id, "partitions": assigned},
+        return web.json({"status": st, "app": settings.app_id, "partitions": assigned,
+                         "config": batches.config_id, "config_follows": following},
                         status=200 if st == "ok" else 503)
 
     return app
 
 
+def _file_config_id(path: str | None) -> str | None:
+    """The id a config file would have on the config topic (None: no file, the defaults)."""
+    if not path:
+        return None
+    try:
+        return config_id(Path(path).read_bytes())
+    except (OSError, LoopwardenError):  # read_detection_config has just read and parsed it
+        return None
+
+
 def run_worker(settings: Settings) -> None:
     """Run one worker until SIGTERM/SIGINT (no spinner, plain log lines)."""
+    from ..configs import read_configs
     from ..topics import create_topics
 
-    app = create_app(settings)
+    # Without --config the worker follows the config topic: it is read to its end now,
+    # before the app exists, so the first event folded is decided under the current config.
+    history = None if settings.config else asyncio.run(read_configs(settings))
+    app = create_app(settings, history=history)
     created = asyncio.run(create_topics(settings))  # idempotent: a fresh cluster needs no extra step
     if created:
         log.warning("created topics %s", ", ".join(created))

@@ -97,6 +97,7 @@ class BatchLoop(Service):
         super().__init__(**kwargs)
         self.settings = settings
         self.config = config
+        self.config_id: str | None = None  # streams.configs.config_id of `config` (None: the built-in defaults)
         self.metrics = metrics
         self.lag = lag  # events of the assigned partitions not folded yet
         self.hurry = hurry  # true while the app stops or rebalances: flush now
@@ -163,6 +164,19 @@ class BatchLoop(Service):
             n = await self.runs.evict_idle()
             if n:
                 self.metrics.evicted.inc(n)
+
+    def use_config(self, config: DetectionConfig, config_id: str | None) -> None:
+        """Decide the events of later batches under `config` (a worker following the config
+        topic got a new current one; None: the built-in defaults).
+
+        Called by another task of the same event loop. A batch is folded in one pass with
+        no await in it, over the config `_handle` passed to `fold` when it began, so the
+        switch always falls between two batches, never inside one. The run states stay as
+        they are: the next event of a run is judged on its history and warning memory under
+        the new thresholds (see streams/configs.py)."""
+        old, self.config, self.config_id = self.config_id, config, config_id
+        self.runs.idle_timeout_ms = config.idle_timeout_ms  # idle eviction (run_store.py) follows it
+        log.warning("config switched: %s -> %s", old or "defaults", config_id or "defaults")
 
     def stalled(self, after: float = 30.0) -> bool:
         """Events are waiting in Kafka but none was folded for `after` seconds."""
