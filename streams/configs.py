@@ -13,6 +13,21 @@ The topic `<prefix>config` (one partition, compacted) holds two kinds of records
 record of each key, which keeps that order). `read_configs` reads the topic to its end;
 a worker started without `--config` does that before it folds anything and then follows
 the topic with a `ConfigFollower` (streams/worker/app.py).
+
+A worker's switch falls between two batches, and keeps every run's state; in the terms
+of semantics.md, the next event of a run is judged under the new config on what the run
+has kept:
+- history (section 3): kept as it is; the next tool_call is judged over all of it, up
+  to the old historySize records, and it is cut to the new historySize only when a
+  record is next appended (a call that is not blocked, or a result matching no record);
+- warning memory (section 4): kept, so a warning key already shown in a count bucket
+  stays suppressed in that bucket under the new thresholds;
+- post-compaction guard (section 5): an armed window keeps the attempts left from the
+  old windowSize, and aborts once it holds the new windowSize identical outcomes
+  (counting those before the switch); an aborted run stays aborted whatever the config;
+- remembered decisions (section 6): a duplicated tool_call gets its original verdict,
+  with the config_hash of the config it is answered under;
+- idle runs (section 7): the new runIdleTimeoutMs applies from the next event.
 """
 
 from __future__ import annotations
