@@ -190,6 +190,15 @@ def test_a_worker_without_config_decides_under_the_topic_and_follows_it(bootstra
     expected = [json.loads(raw) for f in folded if type(f) is Folded for raw in f.encoded]
     assert got == sorted(expected, key=lambda d: (d["run_id"], d["seq"]))
 
+    # An audit without --config reproduces the decisions made under both configs: each
+    # event is replayed under the config its recorded decision names (found on the topic).
+    p = subprocess.run([sys.executable, "-m", "streams.cli", "audit", "--bootstrap", bootstrap, "--topic-prefix",
+                        prefix, "--partitions", "2", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    audited = json.loads(p.stdout)
+    assert audited["matched"] == audited["decisions_recorded"] == 10 and audited["unknown_configs"] == {}
+    assert (audited["mismatched"], audited["missing"], audited["unexpected"], audited["conflicting"]) == (0, 0, 0, 0)
+
 
 def test_a_worker_with_config_does_not_follow(bootstrap, tmp_path, workers):
     prefix = new_prefix()
@@ -215,3 +224,29 @@ def test_a_worker_with_config_does_not_follow(bootstrap, tmp_path, workers):
     assert [d["action"] for d in got] == ["allow"] * 5  # warned from 2 or 1 under the published ones
     assert {d["config_hash"] for d in got} == {load_config(pinned_text).for_agent(None).config_hash}
     assert "config switched" not in w.tail(20000)
+
+
+def test_a_following_worker_with_nothing_published_uses_the_defaults_until_a_config_is(bootstrap, tmp_path,
+                                                                                        workers):
+    from detectors import DetectionConfig
+
+    prefix = new_prefix()  # no topics yet: the worker reads a config topic that does not exist, then makes it
+    w = FollowingWorker(bootstrap, prefix, tmp_path, name="bare")
+    workers.append(w)
+    w.start()
+    h = wait_for_config(w, None)
+    assert h["config_follows"] is True and 'loopwarden_config{config="defaults"} 1.0' in w.metrics()
+    s = topic_settings(bootstrap, prefix, partitions=2)
+    produce(bootstrap, s.events_topic, event_records([call("r1", 0)]))
+    (d,) = decided(bootstrap, s.decisions_topic, 1)
+    assert d["config_hash"] == DetectionConfig({}).for_agent(None).config_hash
+
+    path = tmp_path / "now.json"
+    path.write_bytes(config_text(2, 4))
+    cid = cli(["publish", str(path)], bootstrap, prefix).stdout.strip()
+    wait_for_config(w, cid)
+    assert f"config switched: defaults -> {cid}" in w.tail(20000)
+    produce(bootstrap, s.events_topic, event_records([call("r1", i) for i in (1, 2)]))
+    got = decided(bootstrap, s.decisions_topic, 3)
+    assert [(d["action"], d["count"]) for d in got[1:]] == [("allow", None), ("warn", 2)]
+    assert {d["config_hash"] for d in got[1:]} == {load_config(config_text(2, 4)).for_agent(None).config_hash}
