@@ -61,3 +61,50 @@ def test_a_history_takes_configs_and_the_current_record_and_skips_what_it_cannot
     assert h.current is None
     h.add(cid.encode(), None)
     assert h.configs == {}
+
+
+def _fold(events: list[dict], before, after, switch_at: int):
+    """Decisions of one run folded under `before`, then under `after` from seq `switch_at`
+    on, as a worker that switches configs between two batches decides them."""
+    from detectors.ingest import Folded, fold
+
+    source = [(i, e["run_id"].encode(), json.dumps(e).encode()) for i, e in enumerate(events)]
+    out = []
+    for f in fold(source, before, config_for=lambda ev: after if ev.seq >= switch_at else before):
+        assert isinstance(f, Folded)
+        out.append((f.decisions, f.after))
+    return out
+
+
+def _cfg(**fields):
+    from detectors import load_config
+
+    return load_config(json.dumps({"tools": {"loopDetection": {"enabled": True, **fields}}}))
+
+
+def test_a_switch_keeps_the_history_and_cuts_it_at_the_next_append():
+    # What streams/configs.py says of a run across a switch (semantics.md section 3).
+    before = _cfg(historySize=30, warningThreshold=20, criticalThreshold=40, globalCircuitBreakerThreshold=50)
+    after = _cfg(historySize=3, warningThreshold=2, criticalThreshold=30, globalCircuitBreakerThreshold=50)
+    calls = [{"type": "tool_call", "run_id": "r", "seq": i, "gateway_id": "g", "tool_name": "read", "params": {}}
+             for i in range(12)]
+    got = _fold(calls, before, after, switch_at=10)
+    assert [len(state.history) for _, state in got] == [*range(1, 11), 3, 3]
+    (d10,), (d11,) = got[10][0], got[11][0]
+    # Judged over the ten records kept from before the switch, then cut to three.
+    assert (d10.action, d10.count, d10.config_hash) == ("warn", 10, after.for_agent(None).config_hash)
+    # The warning memory is kept too: bucket 0 is below the bucket already shown.
+    assert (d11.action, d11.level, d11.count) == ("allow", "warning", 3)
+    assert all(d.action == "allow" and d.level == "none" for ds, _ in got[:10] for d in ds)
+
+
+def test_a_switch_keeps_an_armed_guard_which_aborts_at_the_new_window():
+    before, after = _cfg(postCompactionGuard={"windowSize": 5}), _cfg(postCompactionGuard={"windowSize": 2})
+    result = {"type": "tool_result", "run_id": "r", "gateway_id": "g", "tool_name": "read", "params": {},
+              "result": {"content": [{"type": "text", "text": "same"}]}}
+    events = [{"type": "compaction_retry", "run_id": "r", "seq": 0, "gateway_id": "g"},
+              {**result, "seq": 1}, {**result, "seq": 2}]
+    got = _fold(events, before, after, switch_at=2)
+    assert got[0][1].guard_left == 5 and got[1][1].guard_left == 4  # armed with the old window
+    (abort,) = got[2][0]  # the outcome before the switch counts toward the new window of 2
+    assert (abort.action, abort.detector, abort.count) == ("abort", "compaction_loop_persisted", 2)
