@@ -6,7 +6,7 @@ import asyncio
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,11 +20,10 @@ from .core import Audit, ConfigBook
 from .read import TopicRange, partitions_of
 
 
-
 def _iso(ms: int | None) -> str | None:
     if ms is None:
         return None
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _time_ms(text: str | None, option: str, now: float) -> int | None:
@@ -45,8 +44,13 @@ class _Progress:
         self._bar: Any = None
         if total and sys.stderr.isatty():
             try:
-                from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn,
-                                           TimeRemainingColumn)
+                from rich.progress import (
+                    BarColumn,
+                    MofNCompleteColumn,
+                    Progress,
+                    TaskProgressColumn,
+                    TimeRemainingColumn,
+                )
             except ModuleNotFoundError:
                 return
             self._bar = Progress("auditing", BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from detectors import DetectionConfig, Folded, RunState, SetAside, fold
@@ -96,7 +96,7 @@ def _same_verdict(a: Decision, b: Decision) -> bool:
 
 
 def _minute(ms: int) -> str:
-    return datetime.fromtimestamp(ms // 60000 * 60, timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    return datetime.fromtimestamp(ms // 60000 * 60, UTC).strftime("%Y-%m-%dT%H:%MZ")
 
 
 class _Run:
@@ -244,12 +244,13 @@ class Audit:
         rec = self.pending.get(f"{ev.run_id}:{ev.seq}")
         run = self.open.get(ev.run_id)
         if rec is not None:
-            cfg = self.configs.get(rec.decision.config_hash)
+            h = rec.decision.config_hash
+            cfg = self.configs.get(h)
             if cfg is not None:
                 if run is not None:
                     run.config = cfg
                 return cfg
-            self.unknown_configs[rec.decision.config_hash] += 1
+            self.unknown_configs[h] += 1
         if run is not None and run.config is not None:
             return run.config
         return self.configs.current

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, NamedTuple, Protocol
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
 
 from mode import Service
 
@@ -207,7 +208,7 @@ class BatchLoop(Service):
                 self._full.clear()
                 try:
                     await asyncio.wait_for(self._full.wait(), self.linger)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             try:
                 batch, self._waiting = self._waiting[:n], self._waiting[n:]
