@@ -150,7 +150,8 @@ def cmd_config(args: argparse.Namespace) -> int:
         raise LoopwardenError(f"no config has been published on {s.config_topic} "
                               "(workers there decide under the built-in defaults): loopwarden config publish FILE")
     if history.current not in history.configs:
-        raise LoopwardenError(f"the current config {history.current} is not on {s.config_topic} (unreadable or removed)")
+        raise LoopwardenError(f"the current config {history.current} is not on {s.config_topic} "
+                              "(unreadable or removed)")
     raw = history.configs[history.current][0]
     source = history.sources.get(history.current, "")
     text = raw.decode("utf-8")  # published configs were checked to be UTF-8
