@@ -8,7 +8,7 @@ import json
 import pytest
 
 from detectors.config import load_config
-from detectors.engine import replay
+from detectors import replay
 from detectors.wire import ToolCall, decode_event
 from streams.client import FAIL_CLOSED, FAIL_OPEN, GatewayClient, partition_for
 from tests.integration.harness import consume, fresh_worker

@@ -27,7 +27,7 @@ from langchain_core.tools import tool  # noqa: E402
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
 
 from detectors.config import load_config  # noqa: E402
-from detectors.engine import replay  # noqa: E402
+from detectors import replay  # noqa: E402
 from detectors.wire import CompactionRetry, RunEnd, decode_event  # noqa: E402
 from streams.client import FAIL_CLOSED, FAIL_OPEN, GatewayClient  # noqa: E402
 from streams.frameworks import RunStopped  # noqa: E402
