@@ -1,0 +1,98 @@
+"""The audit's join without a broker (streams/audit/core.py): records in, counts out."""
+
+from __future__ import annotations
+
+import json
+
+from detectors import DetectionConfig, decode_event, encode, replay
+from streams.audit.core import Audit, ConfigBook, Msg
+
+ON = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}}
+
+
+def run_events(run="r", n=8, t0=1_000_000):
+    out = []
+    for i in range(n):
+        out.append({"type": "tool_call", "run_id": run, "seq": 2 * i, "gateway_id": "gw", "tool_name": "read",
+                    "tool_call_id": f"{run}{i}", "params": {"p": 1}, "ts": t0 + 1000 * i})
+        out.append({"type": "tool_result", "run_id": run, "seq": 2 * i + 1, "gateway_id": "gw",
+                    "tool_name": "read", "tool_call_id": f"{run}{i}", "params": {"p": 1}, "result": "x",
+                    "ts": t0 + 1000 * i + 500})
+    return out
+
+
+def decided(events, config=ON):
+    return [json.loads(encode(d)) for d in replay([decode_event(json.dumps(e)) for e in events],
+                                                  DetectionConfig(config))]
+
+
+def msgs(items, key):
+    return [Msg(0, i, x["ts"], x[key].encode(), json.dumps(x).encode()) for i, x in enumerate(items)]
+
+
+def audit(**kw):
+    return Audit(ConfigBook(DetectionConfig(ON)), from_ms=None, to_ms=None, scan_start_ms=None, grace_ms=10_000,
+                 complete=lambda p: True, **kw)
+
+
+def test_recorded_before_their_events_match_and_count_by_action():
+    evs = run_events()
+    ds = decided(evs)
+    a = audit()
+    for m in msgs(ds, "gateway_id"):
+        a.recorded(m)
+    a.events(msgs(evs, "run_id"))
+    a.finish()
+    s = a.summary(1.0)
+    assert s["matched"] == s["decisions_recorded"] == s["decisions_replayed"] == len(ds) == 8
+    assert s["by_action"]["block"] == sum(d["action"] == "block" for d in ds) > 0
+    assert a.clean()
+
+
+def test_a_second_verdict_after_the_event_was_folded_turns_a_match_into_a_conflict():
+    evs = run_events()
+    ds = decided(evs)
+    a = audit()
+    for m in msgs(ds, "gateway_id"):
+        a.recorded(m)
+    a.events(msgs(evs, "run_id"))
+    again = dict(ds[0], action="block", level="critical", detector="generic_repeat", count=9)
+    a.recorded(Msg(0, 99, ds[0]["ts"] + 2000, b"gw", json.dumps(again).encode()))
+    a.recorded(Msg(0, 100, ds[1]["ts"] + 2000, b"gw", json.dumps(ds[1]).encode()))  # the same again: a duplicate
+    a.finish()
+    s = a.summary(1.0)
+    assert (s["matched"], s["conflicting"], s["duplicates"]) == (len(ds) - 1, 1, 1)
+    assert not a.clean()
+
+
+def test_a_decision_whose_event_never_comes_is_unexpected_once_the_grace_has_passed():
+    evs = run_events()
+    ghost = dict(decided(evs)[0], run_id="ghost", event_id="ghost:0")
+    a = audit()
+    a.recorded(Msg(0, 0, ghost["ts"], b"gw", json.dumps(ghost).encode()))
+    a.expire(ghost["ts"] + 5_000)
+    assert a.summary(1.0)["unexpected"] == 0  # still within the grace period
+    a.expire(ghost["ts"] + 10_001)
+    assert a.summary(1.0)["unexpected"] == 1 and not a.pending
+
+
+def test_events_without_recorded_decisions_are_missing():
+    evs = run_events(n=3)
+    a = audit()
+    a.events(msgs(evs, "run_id"))
+    a.finish()
+    s = a.summary(1.0)
+    assert s["missing"] == s["decisions_replayed"] == 3 and s["decisions_recorded"] == 0
+
+
+def test_a_run_first_seen_less_than_an_idle_timeout_after_the_scan_start_is_partial():
+    evs = run_events(t0=50_000)
+    ds = decided(evs)
+    a = Audit(ConfigBook(DetectionConfig(ON)), from_ms=0, to_ms=None, scan_start_ms=0, grace_ms=10_000,
+              complete=lambda p: False)
+    for m in msgs(ds, "gateway_id"):
+        a.recorded(m)
+    a.events(msgs(evs, "run_id"))
+    a.finish()
+    s = a.summary(1.0)
+    assert s["partial_runs"] == 1 and s["matched"] == 0  # its earlier events may lie before the scan
