@@ -17,6 +17,11 @@ const plugin = {
     api.on("before_tool_call", hooks.before_tool_call);
     api.on("after_tool_call", hooks.after_tool_call);
     api.on("tool_result_persist", hooks.tool_result_persist);
+    // What the model sees of a warned call's result (needs contracts.agentToolResultMiddleware
+    // in openclaw.plugin.json and an explicitly enabled plugin; else the transcript only).
+    if (typeof api.registerAgentToolResultMiddleware === "function") {
+      api.registerAgentToolResultMiddleware(hooks.tool_result_middleware, { runtimes: ["openclaw", "codex"] });
+    }
     api.on("after_compaction", hooks.after_compaction);
     api.on("agent_end", hooks.agent_end);
     api.on("gateway_stop", hooks.gateway_stop);

@@ -4,7 +4,10 @@
  * - before_tool_call: the call is sent and the hook waits for its decision. `block` and
  *   `abort` stop the call with loopwarden's message as `blockReason` (the model sees it as
  *   the tool's error); `warn` lets it run, and the message is appended to the tool's
- *   result by tool_result_persist (the only hook that can change a result) and logged.
+ *   result: by the agent tool-result middleware (what the model sees), else by
+ *   tool_result_persist (the session transcript); it is logged too. The result sent to
+ *   the worker is the tool's own, without the appended warning, so a warning does not
+ *   look like progress.
  *   When no worker answers in `timeoutMs`, or the broker cannot be reached, the fail
  *   policy decides (fail-open: run the call; fail-closed: block it). The hook never throws:
  *   OpenClaw would block a call whose hook throws, whatever the policy says.
@@ -116,6 +119,7 @@ export function createHooks(config: LoopwardenConfig, logger: Logger, client: Ga
   let started: Promise<GatewayClient> | undefined;
   let failedAt = 0;
   const warnings = new Map<string, string>(); // toolCallId -> the warning for its result
+  const appended = new Map<string, string>(); // toolCallId -> the text appended to its result
   const blocked = new Set<string>(); // toolCallIds this plugin blocked
 
   function ready(): Promise<GatewayClient> {
@@ -138,6 +142,30 @@ export function createHooks(config: LoopwardenConfig, logger: Logger, client: Ga
     if (m instanceof Map) m.set(key, value as T);
     else m.add(key);
   };
+
+  /** The result with the pending warning of this call appended, once; undefined if none. */
+  function withWarning<R extends object>(id: string | undefined, result: R): R | undefined {
+    const warning = id ? warnings.get(id) : undefined;
+    if (!id || warning === undefined) return undefined;
+    warnings.delete(id);
+    const text = `[loopwarden] ${warning}`;
+    remember(appended, id, text);
+    const old = (result as { content?: unknown }).content;
+    const content = Array.isArray(old) ? old : typeof old === "string" ? [{ type: "text", text: old }] : [];
+    return { ...result, content: [...content, { type: "text", text }] } as R;
+  }
+
+  /** The tool's own result: without the warning this plugin appended to it. */
+  function ownResult(id: string | undefined, result: unknown): unknown {
+    const text = id ? appended.get(id) : undefined;
+    if (!id || text === undefined) return result;
+    appended.delete(id);
+    const content = (result as { content?: unknown } | null)?.content;
+    if (!Array.isArray(content) || content.length === 0) return result;
+    const last = content[content.length - 1] as { type?: unknown; text?: unknown };
+    if (last?.type !== "text" || last.text !== text) return result;
+    return { ...(result as object), content: content.slice(0, -1) };
+  }
 
   const runOf = (ev: { runId?: string }, ctx: AgentContext) => ev.runId ?? ctx.runId ?? ctx.sessionId ?? ctx.sessionKey;
 
@@ -186,7 +214,7 @@ export function createHooks(config: LoopwardenConfig, logger: Logger, client: Ga
       if (!runId || (toolCallId && blocked.delete(toolCallId))) return;
       try {
         const c = await withTimeout(ready(), config.timeoutMs);
-        const outcome = event.error !== undefined ? { error: event.error } : { result: event.result };
+        const outcome = event.error !== undefined ? { error: event.error } : { result: ownResult(toolCallId, event.result) };
         await c.result(runId, event.toolName, event.params, outcome, {
           toolCallId: toolCallId ?? null, agentId: ctx.agentId ?? null, sessionId: ctx.sessionId ?? ctx.sessionKey ?? null,
         });
@@ -195,15 +223,18 @@ export function createHooks(config: LoopwardenConfig, logger: Logger, client: Ga
       }
     },
 
-    /** Appends a pending warning to the tool's result message (synchronous, as OpenClaw requires). */
+    /** Appends a pending warning to the result the model sees (OpenClaw's agent tool-result
+     * middleware, registered when the host offers it). */
+    tool_result_middleware<R extends object>(event: { toolCallId: string; result: R }, _ctx: unknown) {
+      const result = withWarning(event.toolCallId, event.result);
+      return result ? { result } : undefined;
+    },
+
+    /** Appends a warning the middleware did not deliver to the result message written to the
+     * session transcript (synchronous, as OpenClaw requires). */
     tool_result_persist<M extends object>(event: { toolCallId?: string; message: M }, ctx: { toolCallId?: string }) {
-      const id = event.toolCallId ?? ctx.toolCallId;
-      const warning = id ? warnings.get(id) : undefined;
-      if (!id || warning === undefined) return undefined;
-      warnings.delete(id);
-      const old = (event.message as { content?: unknown }).content;
-      const content = Array.isArray(old) ? old : typeof old === "string" ? [{ type: "text", text: old }] : [];
-      return { message: { ...event.message, content: [...content, { type: "text", text: `[loopwarden] ${warning}` }] } as M };
+      const message = withWarning(event.toolCallId ?? ctx.toolCallId, event.message);
+      return message ? { message } : undefined;
     },
 
     async after_compaction(_event: unknown, ctx: AgentContext) {

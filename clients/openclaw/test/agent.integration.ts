@@ -18,8 +18,8 @@ test("the environment names a broker, topics and a phase", () => {
 if (phase === "worker") {
   for (const privacy of [true, false]) {
     test(`a looping agent is warned at 3, then blocked at 5 with loopwarden's message (privacy ${privacy})`, async () => {
-      const { runner, logs } = loadPlugin({ bootstrap, topicPrefix: prefix, gatewayId: `oc-gw-${privacy}`, timeoutMs: 15000, privacy });
-      const run = new AgentRun(runner, `loop-${privacy}-${Date.now()}`);
+      const { runner, logs, middlewares } = loadPlugin({ bootstrap, topicPrefix: prefix, gatewayId: `oc-gw-${privacy}`, timeoutMs: 15000, privacy });
+      const run = new AgentRun(runner, `loop-${privacy}-${Date.now()}`, middlewares);
       const seen = [];
       for (let i = 1; i <= 7; i++) {
         seen.push(await run.call("read", { path: "/workspace/README.md" }, () => output("# Same content every time")));
@@ -27,8 +27,10 @@ if (phase === "worker") {
       // calls 1-3: nothing; 4: runs, warning appended; 5: runs (same bucket, suppressed); 6, 7: blocked
       assert.deepEqual(seen.map((s) => s.ran), [true, true, true, true, true, false, false]);
       for (const i of [0, 1, 2, 4]) assert.equal(seen[i].persistedText, "# Same content every time", `call ${i + 1}`);
-      assert.match(seen[3].persistedText, /^# Same content every time\n\[loopwarden\] .*\bread\b.*\b3\b/s);
-      assert.equal(seen[3].text, "# Same content every time"); // the tool's own output is untouched
+      // The model sees the warning after the tool's output, once, in the transcript too. The
+      // worker got the tool's own output (else call 4's outcome would differ and call 6 not block).
+      assert.match(seen[3].text, /^# Same content every time\n\[loopwarden\] .*\bread\b.*\b3\b/s);
+      assert.equal(seen[3].persistedText, seen[3].text);
       for (const i of [5, 6]) {
         assert.match(seen[i].text, /^Blocked: .*\bread\b.*\b5\b/, `call ${i + 1}`);
         assert.equal(seen[i].result.details?.status, "blocked");

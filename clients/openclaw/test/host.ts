@@ -3,7 +3,11 @@
 // wrapped with OpenClaw's before_tool_call wrapper, and after_tool_call and
 // tool_result_persist are run by OpenClaw's hook runner, as its agent runner does.
 import { initializeGlobalHookRunner, resetGlobalHookRunner } from "openclaw/plugin-sdk/hook-runtime";
-import { wrapToolWithBeforeToolCallHook } from "openclaw/plugin-sdk/agent-harness-runtime";
+import {
+  createAgentToolResultMiddlewareRunner,
+  wrapToolWithBeforeToolCallHook,
+  type AgentToolResultMiddleware,
+} from "openclaw/plugin-sdk/agent-harness-runtime";
 import { getGlobalHookRunner, type OpenClawPluginApi } from "openclaw/plugin-sdk/plugin-runtime";
 import plugin from "../src/index.ts";
 
@@ -23,6 +27,7 @@ export function install(typedHooks: Registration[]) {
 
 export function loadPlugin(pluginConfig: Record<string, unknown>) {
   const typedHooks: Registration[] = [];
+  const middlewares: AgentToolResultMiddleware[] = [];
   const logs: Logged[] = [];
   const api = {
     id: "loopwarden",
@@ -36,9 +41,12 @@ export function loadPlugin(pluginConfig: Record<string, unknown>) {
     on(hookName: string, handler: unknown) {
       typedHooks.push({ pluginId: "loopwarden", hookName, handler, source: "test" });
     },
+    registerAgentToolResultMiddleware(handler: AgentToolResultMiddleware, options: { runtimes?: string[] }) {
+      if (options.runtimes?.includes("openclaw")) middlewares.push(handler);
+    },
   } as unknown as OpenClawPluginApi;
   plugin.register(api);
-  return { typedHooks, logs, runner: install(typedHooks) };
+  return { typedHooks, middlewares, logs, runner: install(typedHooks) };
 }
 
 export interface ToolOutput {
@@ -51,8 +59,11 @@ export class AgentRun {
   readonly ctx: { agentId: string; sessionKey: string; sessionId: string; runId: string };
   #calls = 0;
   readonly runner: NonNullable<ReturnType<typeof getGlobalHookRunner>>;
-  constructor(runner: NonNullable<ReturnType<typeof getGlobalHookRunner>>, runId: string) {
+  readonly middlewares: AgentToolResultMiddleware[];
+  constructor(runner: NonNullable<ReturnType<typeof getGlobalHookRunner>>, runId: string,
+    middlewares: AgentToolResultMiddleware[] = []) {
     this.runner = runner;
+    this.middlewares = middlewares;
     this.ctx = { agentId: "main", sessionKey: `agent:main:${runId}`, sessionId: `session-${runId}`, runId };
   }
 
@@ -69,9 +80,12 @@ export class AgentRun {
       },
     };
     const wrapped = wrapToolWithBeforeToolCallHook(tool as never, this.ctx);
-    const result = (await wrapped.execute(toolCallId, params, undefined as never, undefined as never)) as ToolOutput;
+    const raw = await wrapped.execute(toolCallId, params, undefined as never, undefined as never);
+    // What the model gets: the tool's result through OpenClaw's tool-result middleware runner.
+    const result = (await createAgentToolResultMiddlewareRunner({ runtime: "openclaw", ...this.ctx }, this.middlewares)
+      .applyToolResultMiddleware({ toolCallId, toolName: name, args: params, result: raw as never })) as unknown as ToolOutput;
     await this.runner.runAfterToolCall(
-      { toolName: name, params, runId: this.ctx.runId, toolCallId, result },
+      { toolName: name, params, runId: this.ctx.runId, toolCallId, result }, // as the runner reports it
       { ...this.ctx, toolName: name, toolCallId },
     );
     const message = { role: "toolResult", toolCallId, toolName: name, content: result.content, isError: false, timestamp: 0 };

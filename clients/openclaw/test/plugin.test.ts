@@ -30,10 +30,11 @@ test("config: defaults from the manifest's schema, every mistake named", () => {
   assert.equal(sasl.privacy, false);
 });
 
-test("register: the six hooks, on OpenClaw's plugin api", () => {
-  const { typedHooks, logs } = loadPlugin({ bootstrap: "127.0.0.1:1", gatewayId: "gw-reg" });
+test("register: the six hooks and the tool-result middleware, on OpenClaw's plugin api", () => {
+  const { typedHooks, middlewares, logs } = loadPlugin({ bootstrap: "127.0.0.1:1", gatewayId: "gw-reg" });
   assert.deepEqual(typedHooks.map((h) => h.hookName).sort(),
     ["after_compaction", "after_tool_call", "agent_end", "before_tool_call", "gateway_stop", "tool_result_persist"]);
+  assert.equal(middlewares.length, 1);
   assert.match(logs[0].message, /gateway gw-reg on 127\.0\.0\.1:1 .*fail-open, timeout 2000 ms, privacy on/);
 });
 
@@ -52,7 +53,7 @@ function scripted(actions: Decision["action"][]) {
         action, degraded: false, message: `${action} #${n} from loopwarden` };
     },
     result: async (_r: string, tool: string, _p: unknown, o: { result?: unknown; error?: unknown }) => {
-      sent.push(`result ${tool} ${"error" in o ? "error" : "ok"}`);
+      sent.push(`result ${tool} ${"error" in o ? "error" : JSON.stringify((o.result as { content: unknown }).content)}`);
     },
     compactionRetry: async () => void sent.push("compaction"),
     endRun: async () => void sent.push("end"),
@@ -60,29 +61,33 @@ function scripted(actions: Decision["action"][]) {
   return { client, sent };
 }
 
-test("decisions: allow runs, warn runs and appends, block and abort stop the call with the message", async () => {
-  const { client, sent } = scripted(["allow", "warn", "block", "abort"]);
-  const logs: string[] = [];
-  const log = (m: string) => logs.push(m);
-  const hooks = createHooks(resolveConfig({ bootstrap: "127.0.0.1:1", gatewayId: "gw-s" }), { info: log, warn: log, error: log }, client);
-  const runner = install(Object.entries(hooks).filter(([k]) => k !== "client")
-    .map(([hookName, handler]) => ({ pluginId: "loopwarden", hookName, handler, source: "test" })));
-  const run = new AgentRun(runner, "run-s");
+for (const middleware of [true, false]) {
+  test(`decisions: allow runs, warn runs and shows the message, block and abort stop the call (${middleware ? "tool-result middleware" : "transcript only"})`, async () => {
+    const { client, sent } = scripted(["allow", "warn", "block", "abort"]);
+    const logs: string[] = [];
+    const log = (m: string) => logs.push(m);
+    const hooks = createHooks(resolveConfig({ bootstrap: "127.0.0.1:1", gatewayId: "gw-s" }), { info: log, warn: log, error: log }, client);
+    const { client: _c, tool_result_middleware, ...handlers } = hooks;
+    const runner = install(Object.entries(handlers).map(([hookName, handler]) => ({ pluginId: "loopwarden", hookName, handler, source: "test" })));
+    const run = new AgentRun(runner, "run-s", middleware ? [tool_result_middleware as never] : []);
 
-  const a = await run.call("read", { path: "a" }, () => output("same"));
-  assert.deepEqual([a.ran, a.text, a.persistedText], [true, "same", "same"]);
-  const w = await run.call("read", { path: "a" }, () => output("same"));
-  assert.deepEqual([w.ran, w.text], [true, "same"]);
-  assert.equal(w.persistedText, "same\n[loopwarden] warn #2 from loopwarden");
-  const b = await run.call("read", { path: "a" }, () => output("same"));
-  assert.deepEqual([b.ran, b.text, b.persistedText], [false, "block #3 from loopwarden", "block #3 from loopwarden"]);
-  const x = await run.call("exec", { command: "make" }, () => output("never"));
-  assert.deepEqual([x.ran, x.text], [false, "abort #4 from loopwarden"]);
-  await run.compacted();
-  await run.end();
-  // Results of the calls that ran are sent; the blocked ones are not part of the history.
-  assert.deepEqual(sent, ["call read", "result read ok", "call read", "result read ok", "call read", "call exec", "compaction", "end"]);
-});
+    const a = await run.call("read", { path: "a" }, () => output("same"));
+    assert.deepEqual([a.ran, a.text, a.persistedText], [true, "same", "same"]);
+    const w = await run.call("read", { path: "a" }, () => output("same"));
+    const warned = "same\n[loopwarden] warn #2 from loopwarden";
+    assert.deepEqual([w.ran, w.text, w.persistedText], [true, middleware ? warned : "same", warned]);
+    const b = await run.call("read", { path: "a" }, () => output("same"));
+    assert.deepEqual([b.ran, b.text, b.persistedText], [false, "block #3 from loopwarden", "block #3 from loopwarden"]);
+    const x = await run.call("exec", { command: "make" }, () => output("never"));
+    assert.deepEqual([x.ran, x.text], [false, "abort #4 from loopwarden"]);
+    await run.compacted();
+    await run.end();
+    // The tool's own results are sent (not the warning appended to one); the blocked calls
+    // are not part of the history.
+    const same = `result read ${JSON.stringify(output("same").content)}`;
+    assert.deepEqual(sent, ["call read", same, "call read", same, "call read", "call exec", "compaction", "end"]);
+  });
+}
 
 for (const failPolicy of ["fail-open", "fail-closed"] as const) {
   test(`no Kafka: ${failPolicy} decides within the timeout`, async () => {
