@@ -29,8 +29,8 @@ from statistics import median
 from benchmarks.kafka import end, own_broker, paced, params_of, start_worker
 from streams import settings as settings_mod
 from streams.client import GatewayClient
-from streams.topics import create_topics
 from streams.tools import localkafka
+from streams.topics import create_topics
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "clients" / "openclaw"
@@ -40,14 +40,36 @@ NODE = PLUGIN / "node_modules" / ".bin" / "node"
 def stats(ms: list[float]) -> dict:
     ys = sorted(ms)
     at = lambda p: round(ys[min(len(ys) - 1, int(p * len(ys)))], 2)  # noqa: E731
-    return {"calls": len(ys), "p50_ms": at(0.50), "p99_ms": at(0.99), "max_ms": round(ys[-1], 2),
-            "mean_ms": round(sum(ys) / len(ys), 2)}
+    return {
+        "calls": len(ys),
+        "p50_ms": at(0.50),
+        "p99_ms": at(0.99),
+        "max_ms": round(ys[-1], 2),
+        "mean_ms": round(sum(ys) / len(ys), 2),
+    }
 
 
 def typescript_round(bootstrap: str, prefix: str, rate: float, seconds: float, warmup: float) -> list[float]:
-    out = subprocess.run([str(NODE), "scripts/latency.ts", "--bootstrap", bootstrap, "--prefix", prefix,
-                          "--rate", str(rate), "--seconds", str(seconds), "--warmup", str(warmup)],
-                         cwd=PLUGIN, capture_output=True, text=True, timeout=seconds + warmup + 120)
+    out = subprocess.run(
+        [
+            str(NODE),
+            "scripts/latency.ts",
+            "--bootstrap",
+            bootstrap,
+            "--prefix",
+            prefix,
+            "--rate",
+            str(rate),
+            "--seconds",
+            str(seconds),
+            "--warmup",
+            str(warmup),
+        ],
+        cwd=PLUGIN,
+        capture_output=True,
+        text=True,
+        timeout=seconds + warmup + 120,
+    )
     if out.returncode != 0:
         raise SystemExit(f"the TypeScript client failed:\n{out.stderr[-3000:]}")
     got = json.loads(out.stdout)
@@ -58,6 +80,7 @@ def typescript_round(bootstrap: str, prefix: str, rate: float, seconds: float, w
 
 async def python_round(settings, rate: float, seconds: float, warmup: float) -> list[float]:
     async with GatewayClient(settings=settings, gateway_id="bench-py-gw", timeout_s=10) as client:
+
         async def call(i: int) -> None:
             d = await client.check(f"run-{i % 400}", "read", params_of(i))
             assert not d.degraded, "a decision timed out"
@@ -95,8 +118,11 @@ def main() -> None:
                 if r:
                     series[name].append(lat)
         report = {
-            "rate_per_s": args.rate, "seconds_per_round": args.seconds, "rounds": args.rounds,
-            "worker": "one loopwarden worker, 8 partitions", "broker": "given" if args.bootstrap else "local KRaft",
+            "rate_per_s": args.rate,
+            "seconds_per_round": args.seconds,
+            "rounds": args.rounds,
+            "worker": "one loopwarden worker, 8 partitions",
+            "broker": "given" if args.bootstrap else "local KRaft",
             "typescript_client": stats([x for rnd in series["typescript"] for x in rnd]),
             "python_gateway_client": stats([x for rnd in series["python"] for x in rnd]),
             "per_round_p50_ms": {k: [round(median(v), 2) for v in rounds] for k, rounds in series.items()},

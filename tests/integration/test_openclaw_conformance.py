@@ -35,17 +35,30 @@ def offline(sc: dict) -> list[dict]:
 
 def untag(d: dict, tag: str) -> tuple[int, dict]:
     """The scenario index of a decision and the decision with its ids as the scenario wrote them."""
-    index, _, run = d["run_id"][len(tag):].partition("-")
+    index, _, run = d["run_id"][len(tag) :].partition("-")
     strip = f"{tag}{index}-"
-    out = dict(d, run_id=run, gateway_id=d["gateway_id"].removeprefix(strip), event_id=d["event_id"].removeprefix(strip))
+    out = dict(
+        d, run_id=run, gateway_id=d["gateway_id"].removeprefix(strip), event_id=d["event_id"].removeprefix(strip)
+    )
     return int(index), out
 
 
 def node_client(bootstrap: str, prefix: str, mode: str, tag: str, paths: list[Path]) -> dict:
     if not NODE.exists():
         pytest.fail(f"{NODE} is missing: run `npm ci` in clients/openclaw (.ci/run does)")
-    cmd = [str(NODE), "scripts/conformance.ts", "--bootstrap", bootstrap, "--prefix", prefix, "--mode", mode,
-           "--tag", tag, *map(str, paths)]
+    cmd = [
+        str(NODE),
+        "scripts/conformance.ts",
+        "--bootstrap",
+        bootstrap,
+        "--prefix",
+        prefix,
+        "--mode",
+        mode,
+        "--tag",
+        tag,
+        *map(str, paths),
+    ]
     out = subprocess.run(cmd, cwd=PLUGIN, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-4000:]
     return json.loads(out.stdout)
@@ -83,8 +96,11 @@ def test_scenarios_through_the_typescript_client(paths, bootstrap, tmp_path, wor
             runs = {d["run_id"] for d in exp}
             for run in runs:  # each gateway reads one partition, where a run's decisions keep their order
                 assert [d for d in have if d["run_id"] == run] == [d for d in exp if d["run_id"] == run], (
-                    f"{mode} {sc['name']} run {run}")
-        decided[mode] = [{run: [d for d in have if d["run_id"] == run] for run in sorted({d["run_id"] for d in have})}
-                         for have in per_scenario]
+                    f"{mode} {sc['name']} run {run}"
+                )
+        decided[mode] = [
+            {run: [d for d in have if d["run_id"] == run] for run in sorted({d["run_id"] for d in have})}
+            for have in per_scenario
+        ]
     assert decided["privacy"] == decided["raw"]  # decision for decision, run by run
     assert w.alive()

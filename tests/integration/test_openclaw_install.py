@@ -34,11 +34,24 @@ def test_openclaw_installs_validates_and_loads_the_plugin(tmp_path):
     (tgz,) = tmp_path.glob("loopwarden-openclaw-*.tgz")
     out = run("openclaw", "plugins", "install", str(tgz), "--force", "--accept-capabilities")
     assert "Installed plugin: loopwarden" in out.stdout + out.stderr
-    bad = run("openclaw", "config", "set", "plugins.entries.loopwarden.config",
-              '{"bootstrap": "127.0.0.1:9092", "failPolicy": "maybe"}', "--strict-json", ok=False)
+    bad = run(
+        "openclaw",
+        "config",
+        "set",
+        "plugins.entries.loopwarden.config",
+        '{"bootstrap": "127.0.0.1:9092", "failPolicy": "maybe"}',
+        "--strict-json",
+        ok=False,
+    )
     assert "failPolicy" in bad.stdout + bad.stderr
-    run("openclaw", "config", "set", "plugins.entries.loopwarden.config",
-        '{"bootstrap": "127.0.0.1:9092", "gatewayId": "gw-install", "failPolicy": "fail-closed"}', "--strict-json")
+    run(
+        "openclaw",
+        "config",
+        "set",
+        "plugins.entries.loopwarden.config",
+        '{"bootstrap": "127.0.0.1:9092", "gatewayId": "gw-install", "failPolicy": "fail-closed"}',
+        "--strict-json",
+    )
     run("openclaw", "plugins", "enable", "loopwarden")
     info = json.loads(run("openclaw", "plugins", "inspect", "loopwarden", "--json").stdout)
     manifest = json.loads((PLUGIN / "openclaw.plugin.json").read_text())

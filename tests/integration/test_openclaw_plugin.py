@@ -22,8 +22,14 @@ def run_phase(bootstrap: str, prefix: str, phase: str) -> str:
     if not NODE.exists():
         pytest.fail(f"{NODE} is missing: run `npm ci` in clients/openclaw (.ci/run does)")
     env = dict(os.environ, LW_BOOTSTRAP=bootstrap, LW_PREFIX=prefix, LW_PHASE=phase)
-    out = subprocess.run([str(NODE), "--test", "--test-reporter=tap", "test/agent.integration.ts"], cwd=PLUGIN, env=env,
-                         capture_output=True, text=True, timeout=240)
+    out = subprocess.run(
+        [str(NODE), "--test", "--test-reporter=tap", "test/agent.integration.ts"],
+        cwd=PLUGIN,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
     return out.stdout
 

@@ -54,7 +54,7 @@ def test_canonical_json_and_sha256(v):
 
 
 def _event(kind: str, v: dict) -> str:
-    text = '{"type":"%s","run_id":"r","seq":0,"gateway_id":"g","tool_name":%s' % (kind, json.dumps(v["tool_name"]))
+    text = f'{{"type":"{kind}","run_id":"r","seq":0,"gateway_id":"g","tool_name":{json.dumps(v["tool_name"])}'
     for k in ("params", "result", "error"):
         if k in v:
             text += f',"{k}":{v[k]}'

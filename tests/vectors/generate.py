@@ -34,31 +34,59 @@ from streams.client import partition_for  # noqa: E402
 
 CANONICAL = [
     # numbers: JavaScript's Number#toString after the parse to a double
-    ("zero", "0"), ("negative zero int", "-0"), ("negative zero float", "-0.0"), ("one point zero", "1.0"),
-    ("one exponent form", "1.0e0"), ("hundred as exponent", "1e2"), ("upper-case exponent", "1E+2"),
-    ("negative", "-42"), ("fraction", "1.5"), ("tenth", "0.1"), ("sum artefact", "0.30000000000000004"),
-    ("1e-6 stays fixed", "0.000001"), ("1e-7 goes exponent", "0.0000001"), ("small exponent", "1.5e-7"),
-    ("tiny exponent", "123e-20"), ("1e20 stays fixed", "1e20"), ("1e21 goes exponent", "1e21"),
-    ("large negative exponent", "-1.5e+300"), ("max double", "1.7976931348623157e308"),
-    ("min subnormal", "5e-324"), ("max safe integer", "9007199254740991"),
-    ("2^53 + 1 rounds to 2^53", "9007199254740993"), ("-(2^53 + 1)", "-9007199254740993"),
-    ("2^64", "18446744073709551616"), ("21-digit integer", "123456789012345678901"),
-    ("30-digit integer", "123456789012345678901234567890"), ("exact 1e20 as integer", "100000000000000000000"),
-    ("trailing zeros", "2.50000"), ("many digits", "3.141592653589793238462643383279"),
+    ("zero", "0"),
+    ("negative zero int", "-0"),
+    ("negative zero float", "-0.0"),
+    ("one point zero", "1.0"),
+    ("one exponent form", "1.0e0"),
+    ("hundred as exponent", "1e2"),
+    ("upper-case exponent", "1E+2"),
+    ("negative", "-42"),
+    ("fraction", "1.5"),
+    ("tenth", "0.1"),
+    ("sum artefact", "0.30000000000000004"),
+    ("1e-6 stays fixed", "0.000001"),
+    ("1e-7 goes exponent", "0.0000001"),
+    ("small exponent", "1.5e-7"),
+    ("tiny exponent", "123e-20"),
+    ("1e20 stays fixed", "1e20"),
+    ("1e21 goes exponent", "1e21"),
+    ("large negative exponent", "-1.5e+300"),
+    ("max double", "1.7976931348623157e308"),
+    ("min subnormal", "5e-324"),
+    ("max safe integer", "9007199254740991"),
+    ("2^53 + 1 rounds to 2^53", "9007199254740993"),
+    ("-(2^53 + 1)", "-9007199254740993"),
+    ("2^64", "18446744073709551616"),
+    ("21-digit integer", "123456789012345678901"),
+    ("30-digit integer", "123456789012345678901234567890"),
+    ("exact 1e20 as integer", "100000000000000000000"),
+    ("trailing zeros", "2.50000"),
+    ("many digits", "3.141592653589793238462643383279"),
     ("numbers in an array", "[1, 1.0, -0, 0.5, 1e21, 1e-7, 9007199254740993]"),
     # literals
-    ("null", "null"), ("true", "true"), ("false", "false"),
+    ("null", "null"),
+    ("true", "true"),
+    ("false", "false"),
     # strings: JSON.stringify escaping, lone surrogates removed first
-    ("empty string", '""'), ("plain string", '"plain"'),
+    ("empty string", '""'),
+    ("plain string", '"plain"'),
     ("short escapes", r'"quote \" backslash \\ slash \/ b \b f \f n \n r \r t \t"'),
-    ("control characters", r'"\u0000\u0001\u001f\u007f"'), ("line and paragraph separators", r'"\u2028\u2029"'),
-    ("latin-1 and CJK", '"caf\u00e9 \u65e5\u672c\u8a9e"'), ("escaped non-ASCII", r'"caf\u00e9"'),
-    ("emoji literal", '"\U0001f600"'), ("emoji as escaped pair", r'"\ud83d\ude00"'),
-    ("lone high surrogate", r'"a\ud800b"'), ("lone low surrogate", r'"a\udc00b"'),
-    ("reversed pair", r'"\ude00\ud83d"'), ("lone surrogate beside a pair", r'"x\ud800\ud83d\ude00\udfffy"'),
+    ("control characters", r'"\u0000\u0001\u001f\u007f"'),
+    ("line and paragraph separators", r'"\u2028\u2029"'),
+    ("latin-1 and CJK", '"caf\u00e9 \u65e5\u672c\u8a9e"'),
+    ("escaped non-ASCII", r'"caf\u00e9"'),
+    ("emoji literal", '"\U0001f600"'),
+    ("emoji as escaped pair", r'"\ud83d\ude00"'),
+    ("lone high surrogate", r'"a\ud800b"'),
+    ("lone low surrogate", r'"a\udc00b"'),
+    ("reversed pair", r'"\ude00\ud83d"'),
+    ("lone surrogate beside a pair", r'"x\ud800\ud83d\ude00\udfffy"'),
     ("only a lone surrogate", r'"\udbff"'),
     # objects: keys sorted by UTF-16 code units, no whitespace
-    ("empty object", "{}"), ("empty array", "[]"), ("nested empties", '[[], {}, [{}], {"a": []}]'),
+    ("empty object", "{}"),
+    ("empty array", "[]"),
+    ("nested empties", '[[], {}, [{}], {"a": []}]'),
     ("ascii key order", '{"b": 1, "a": 2, "B": 3, "_": 4, "": 5, "aa": 6, "a ": 7}'),
     ("integer-like keys sort as strings", '{"10": 1, "9": 2, "1": 3, "a": 4, "-1": 5}'),
     ("UTF-16 order, not code point order", '{"\uffff": 1, "\U0001f600": 2, "\ue000": 3, "\u00e9": 4, "z": 5}'),
@@ -73,27 +101,41 @@ CANONICAL = [
 # (name, raw tool name, params JSON text or None when absent)
 CALLS = [
     ("read", "read", '{"path": "/workspace/README.md"}'),
-    ("params absent", "read", None), ("params null", "read", "null"), ("params empty object", "read", "{}"),
-    ("params empty array", "read", "[]"), ("params a string", "read", '"README.md"'),
+    ("params absent", "read", None),
+    ("params null", "read", "null"),
+    ("params empty object", "read", "{}"),
+    ("params empty array", "read", "[]"),
+    ("params a string", "read", '"README.md"'),
     ("same call, 1.0 written as 1", "read", '{"limit": 1.0, "path": "a"}'),
     ("same call, keys reordered", "read", '{"path": "a", "limit": 1}'),
     ("unicode params", "write", '{"path": "caf\u00e9.txt", "content": "\U0001f600 \u65e5\u672c"}'),
     ("lone surrogate in params", "write", r'{"content": "a\ud800b"}'),
     ("tool name trimmed and lower-cased", "  Read\t", '{"path": "a"}'),
     ("JavaScript white space trimmed", "\u00a0READ\u3000\ufeff", '{"path": "a"}'),
-    ("alias bash -> exec", "bash", '{"command": "ls"}'), ("alias BASH -> exec", " BASH ", '{"command": "ls"}'),
+    ("alias bash -> exec", "bash", '{"command": "ls"}'),
+    ("alias BASH -> exec", " BASH ", '{"command": "ls"}'),
     ("exec itself", "exec", '{"command": "ls"}'),
     ("alias apply-patch -> apply_patch", "apply-patch", '{"patch": "*** Begin Patch"}'),
-    ("update_plan reduced to its shape", "update_plan",
-     '{"plan": [{"step": "write tests", "status": "completed"}, {"step": "ship", "status": "in_progress"}],'
-     ' "explanation": "first pass"}'),
-    ("update_plan reworded, same shape", "update_plan",
-     '{"plan": [{"step": "add the tests", "status": "completed"}, {"step": "release", "status": "in_progress"}],'
-     ' "explanation": "second pass"}'),
-    ("update_plan odd steps", "update_plan",
-     '{"plan": [{"step": "  ", "status": 3}, "not an object", {"status": "pending"}, null], "explanation": " \\n "}'),
+    (
+        "update_plan reduced to its shape",
+        "update_plan",
+        '{"plan": [{"step": "write tests", "status": "completed"}, {"step": "ship", "status": "in_progress"}],'
+        ' "explanation": "first pass"}',
+    ),
+    (
+        "update_plan reworded, same shape",
+        "update_plan",
+        '{"plan": [{"step": "add the tests", "status": "completed"}, {"step": "release", "status": "in_progress"}],'
+        ' "explanation": "second pass"}',
+    ),
+    (
+        "update_plan odd steps",
+        "update_plan",
+        '{"plan": [{"step": "  ", "status": 3}, "not an object", {"status": "pending"}, null], "explanation": " \\n "}',
+    ),
     ("update_plan plan not an array", "update_plan", '{"plan": "do it", "explanation": 5}'),
-    ("update_plan no params", "update_plan", None), ("update_plan params not an object", "update_plan", '"x"'),
+    ("update_plan no params", "update_plan", None),
+    ("update_plan params not an object", "update_plan", '"x"'),
     ("known poll: process poll", "process", '{"action": "poll", "sessionId": "s1"}'),
     ("known poll: process log", "process", '{"action": "log", "sessionId": "s1", "offset": 0}'),
     ("not a poll: process kill", "process", '{"action": "kill", "sessionId": "s1"}'),
@@ -111,99 +153,234 @@ OUTCOMES = [
     ("unknown tool, quoted", "x", "{}", None, "\"unknown tool 'web.search' requested\""),
     ("tool not found", "x", "{}", None, '"Tool \\"Deploy-Prod\\" not found"'),
     ("tool is not available", "x", "{}", None, '"tool browser is not available here"'),
-    ("error null", "read", "{}", None, "null"), ("error object", "read", "{}", None, '{"code": 2, "msg": "bad"}'),
+    ("error null", "read", "{}", None, "null"),
+    ("error object", "read", "{}", None, '{"code": 2, "msg": "bad"}'),
     ("error with result beside it", "read", "{}", '{"content": []}', '"boom"'),
     ("result absent", "read", "{}", None, None),
-    ("result an array", "read", "{}", "[1, 2]", None), ("result null", "read", "{}", "null", None),
-    ("result a string", "read", "{}", '"text"', None), ("result a number", "read", "{}", "1.0", None),
-    ("plain result", "read", '{"path": "a"}',
-     '{"content": [{"type": "text", "text": "  hello  "}, {"type": "image", "data": "x"},'
-     ' {"type": "text", "text": "world\\n"}, {"text": "no type"}, {"type": 1, "text": "bad type"}],'
-     ' "details": {"path": "a", "bytes": 5}}', None),
-    ("text trimmed of JavaScript white space", "read", "{}",
-     '{"content": [{"type": "text", "text": "\\u00a0\\u3000body\\u2028"}]}', None),
+    ("result an array", "read", "{}", "[1, 2]", None),
+    ("result null", "read", "{}", "null", None),
+    ("result a string", "read", "{}", '"text"', None),
+    ("result a number", "read", "{}", "1.0", None),
+    (
+        "plain result",
+        "read",
+        '{"path": "a"}',
+        '{"content": [{"type": "text", "text": "  hello  "}, {"type": "image", "data": "x"},'
+        ' {"type": "text", "text": "world\\n"}, {"text": "no type"}, {"type": 1, "text": "bad type"}],'
+        ' "details": {"path": "a", "bytes": 5}}',
+        None,
+    ),
+    (
+        "text trimmed of JavaScript white space",
+        "read",
+        "{}",
+        '{"content": [{"type": "text", "text": "\\u00a0\\u3000body\\u2028"}]}',
+        None,
+    ),
     ("details not an object", "read", "{}", '{"content": [], "details": [1]}', None),
     ("content not a list", "read", "{}", '{"content": "x", "details": {}}', None),
-    ("the guard's own veto echoed back", "read", "{}",
-     '{"content": [{"type": "text", "text": "blocked"}], "details": {"status": "blocked", "deniedReason": "tool-loop"}}',
-     None),
-    ("blocked for another reason", "read", "{}",
-     '{"content": [], "details": {"status": "blocked", "deniedReason": "policy"}}', None),
-    ("exec running", "exec", '{"command": "make"}',
-     '{"content": [], "details": {"status": "running", "tail": "building...", "pid": 42, "sessionId": "s"}}', None),
+    (
+        "the guard's own veto echoed back",
+        "read",
+        "{}",
+        '{"content": [{"type": "text", "text": "blocked"}],'
+        ' "details": {"status": "blocked", "deniedReason": "tool-loop"}}',
+        None,
+    ),
+    (
+        "blocked for another reason",
+        "read",
+        "{}",
+        '{"content": [], "details": {"status": "blocked", "deniedReason": "policy"}}',
+        None,
+    ),
+    (
+        "exec running",
+        "exec",
+        '{"command": "make"}',
+        '{"content": [], "details": {"status": "running", "tail": "building...", "pid": 42, "sessionId": "s"}}',
+        None,
+    ),
     ("exec running, no tail", "bash", '{"command": "make"}', '{"details": {"status": "running", "tail": 5}}', None),
-    ("exec completed, aggregated output", "exec", '{"command": "ls"}',
-     '{"content": [{"type": "text", "text": "ignored"}], "details": {"status": "completed", "exitCode": 0,'
-     ' "aggregated": "  a\\nb  ", "durationMs": 12, "cwd": "/w"}}', None),
-    ("exec failed, blank aggregated falls back to text", "exec", '{"command": "ls"}',
-     '{"content": [{"type": "text", "text": "oops"}], "details": {"status": "failed", "exitCode": 1.0,'
-     ' "aggregated": " \\n ", "timedOut": true}}', None),
-    ("exec completed, odd types", "exec", "{}",
-     '{"details": {"status": "completed", "exitCode": "0", "timedOut": "true"}}', None),
-    ("exec approval pending", "exec", "{}",
-     '{"details": {"status": "approval-pending", "reason": "sudo", "host": 3, "command": "rm -rf /",'
-     ' "warningText": null, "requestId": "r1"}}', None),
+    (
+        "exec completed, aggregated output",
+        "exec",
+        '{"command": "ls"}',
+        '{"content": [{"type": "text", "text": "ignored"}], "details": {"status": "completed", "exitCode": 0,'
+        ' "aggregated": "  a\\nb  ", "durationMs": 12, "cwd": "/w"}}',
+        None,
+    ),
+    (
+        "exec failed, blank aggregated falls back to text",
+        "exec",
+        '{"command": "ls"}',
+        '{"content": [{"type": "text", "text": "oops"}], "details": {"status": "failed", "exitCode": 1.0,'
+        ' "aggregated": " \\n ", "timedOut": true}}',
+        None,
+    ),
+    (
+        "exec completed, odd types",
+        "exec",
+        "{}",
+        '{"details": {"status": "completed", "exitCode": "0", "timedOut": "true"}}',
+        None,
+    ),
+    (
+        "exec approval pending",
+        "exec",
+        "{}",
+        '{"details": {"status": "approval-pending", "reason": "sudo", "host": 3, "command": "rm -rf /",'
+        ' "warningText": null, "requestId": "r1"}}',
+        None,
+    ),
     ("exec approval unavailable", "exec", "{}", '{"details": {"status": "approval-unavailable"}}', None),
     ("exec other status", "exec", "{}", '{"details": {"status": "queued"}, "content": []}', None),
-    ("process poll", "process", '{"action": "poll", "sessionId": "s"}',
-     '{"content": [{"type": "text", "text": "still running"}], "details": {"status": "running", "exitCode": null,'
-     ' "aggregated": "out", "pid": 9}}', None),
+    (
+        "process poll",
+        "process",
+        '{"action": "poll", "sessionId": "s"}',
+        '{"content": [{"type": "text", "text": "still running"}], "details": {"status": "running", "exitCode": null,'
+        ' "aggregated": "out", "pid": 9}}',
+        None,
+    ),
     ("process poll, missing fields", "process", '{"action": "poll"}', '{"details": {}}', None),
-    ("process log", "process", '{"action": "log", "sessionId": "s"}',
-     '{"details": {"status": "exited", "totalLines": 10, "totalChars": 200, "truncated": false, "exitCode": 0,'
-     ' "exitSignal": null}}', None),
+    (
+        "process log",
+        "process",
+        '{"action": "log", "sessionId": "s"}',
+        '{"details": {"status": "exited", "totalLines": 10, "totalChars": 200, "truncated": false, "exitCode": 0,'
+        ' "exitSignal": null}}',
+        None,
+    ),
     ("process other action", "process", '{"action": "kill"}', '{"details": {"status": "killed"}}', None),
-    ("sessions_send, volatile ids removed", "sessions_send", '{"to": "s2"}',
-     '{"details": {"ok": true, "messageId": "m1", "runId": "r9", "nested": [{"ts": 1, "timestamp": 2, "keep": 3,'
-     ' "createdAt": "x", "receipt": {"a": 1}}], "sentAt": 5}}', None),
-    ("message send, delivered message id removed", "message", '{"action": "send", "text": "hi"}',
-     '{"details": {"message": {"id": "abc", "text": "hi", "direction": "outbound", "senderId": "u1"},'
-     ' "other": {"id": "kept", "text": "no marker"}, "platformMessageIds": ["p1"], "file_id": "f"}}', None),
-    ("message read is not send-like", "message", '{"action": "read"}',
-     '{"details": {"messageId": "m1", "text": "x"}}', None),
-    ("update_plan result reduced to shape", "update_plan", "{}",
-     '{"content": [{"type": "text", "text": "Plan updated"}], "details": {"plan": [{"step": "a", "status": "done"}],'
-     ' "explanation": "why"}}', None),
+    (
+        "sessions_send, volatile ids removed",
+        "sessions_send",
+        '{"to": "s2"}',
+        '{"details": {"ok": true, "messageId": "m1", "runId": "r9", "nested": [{"ts": 1, "timestamp": 2, "keep": 3,'
+        ' "createdAt": "x", "receipt": {"a": 1}}], "sentAt": 5}}',
+        None,
+    ),
+    (
+        "message send, delivered message id removed",
+        "message",
+        '{"action": "send", "text": "hi"}',
+        '{"details": {"message": {"id": "abc", "text": "hi", "direction": "outbound", "senderId": "u1"},'
+        ' "other": {"id": "kept", "text": "no marker"}, "platformMessageIds": ["p1"], "file_id": "f"}}',
+        None,
+    ),
+    (
+        "message read is not send-like",
+        "message",
+        '{"action": "read"}',
+        '{"details": {"messageId": "m1", "text": "x"}}',
+        None,
+    ),
+    (
+        "update_plan result reduced to shape",
+        "update_plan",
+        "{}",
+        '{"content": [{"type": "text", "text": "Plan updated"}], "details": {"plan": [{"step": "a", "status": "done"}],'
+        ' "explanation": "why"}}',
+        None,
+    ),
     ("numbers in details", "read", "{}", '{"details": {"n": 1.0, "m": -0, "big": 9007199254740993}}', None),
 ]
 
 _BASE = {"run_id": "run-1", "seq": 7, "gateway_id": "gw-1"}
 # (name, the raw event as JSON text)
 FINGERPRINTS = [
-    ("call with params", '{"type": "tool_call", "run_id": "run-1", "seq": 7, "gateway_id": "gw-1", "agent_id": "main",'
-     ' "session_id": "sess-1", "ts": 1767225600000, "tool_call_id": "call-1", "tool_name": "Read",'
-     ' "params": {"path": "a", "limit": 1.0}}'),
-    ("call without params", '{"type": "tool_call", "run_id": "run-1", "seq": 8, "gateway_id": "gw-1",'
-     ' "tool_name": "command_status"}'),
-    ("known poll call", '{"type": "tool_call", "run_id": "run-2", "seq": 0, "gateway_id": "gw-1", "ts": 5,'
-     ' "tool_call_id": null, "tool_name": "process", "params": {"action": "poll", "sessionId": "s"}}'),
-    ("update_plan call", '{"type": "tool_call", "run_id": "run-2", "seq": 1, "gateway_id": "gw-1",'
-     ' "tool_name": "update_plan", "params": {"plan": [{"step": "x", "status": "pending"}]}}'),
-    ("result", '{"type": "tool_result", "run_id": "run-1", "seq": 9, "gateway_id": "gw-1", "agent_id": "main",'
-     ' "ts": 1767225601000, "tool_call_id": "call-1", "tool_name": "read", "params": {"path": "a"},'
-     ' "result": {"content": [{"type": "text", "text": "x"}], "details": {"bytes": 1}}}'),
-    ("error naming an unknown tool", '{"type": "tool_result", "run_id": "run-1", "seq": 10, "gateway_id": "gw-1",'
-     ' "tool_name": "Web_Search", "params": {"q": "x"}, "error": "Unknown tool: Web_Search"}'),
-    ("the guard's veto: no result_hash", '{"type": "tool_result", "run_id": "run-1", "seq": 11,'
-     ' "gateway_id": "gw-1", "tool_name": "read", "params": {}, "result": {"details": {"status": "blocked",'
-     ' "deniedReason": "tool-loop"}}}'),
-    ("result absent", '{"type": "tool_result", "run_id": "run-1", "seq": 12, "gateway_id": "gw-1",'
-     ' "tool_name": "read", "params": {}}'),
-    ("exec result", '{"type": "tool_result", "run_id": "run-3", "seq": 1, "gateway_id": "gw-\u00fc",'
-     ' "tool_name": "bash", "params": {"command": "make"}, "result": {"details": {"status": "completed",'
-     ' "exitCode": 2, "aggregated": "error: x"}}}'),
-    ("compaction retry is sent as it is", '{"type": "compaction_retry", "run_id": "run-1", "seq": 13,'
-     ' "gateway_id": "gw-1", "ts": 9}'),
+    (
+        "call with params",
+        '{"type": "tool_call", "run_id": "run-1", "seq": 7, "gateway_id": "gw-1", "agent_id": "main",'
+        ' "session_id": "sess-1", "ts": 1767225600000, "tool_call_id": "call-1", "tool_name": "Read",'
+        ' "params": {"path": "a", "limit": 1.0}}',
+    ),
+    (
+        "call without params",
+        '{"type": "tool_call", "run_id": "run-1", "seq": 8, "gateway_id": "gw-1", "tool_name": "command_status"}',
+    ),
+    (
+        "known poll call",
+        '{"type": "tool_call", "run_id": "run-2", "seq": 0, "gateway_id": "gw-1", "ts": 5,'
+        ' "tool_call_id": null, "tool_name": "process", "params": {"action": "poll", "sessionId": "s"}}',
+    ),
+    (
+        "update_plan call",
+        '{"type": "tool_call", "run_id": "run-2", "seq": 1, "gateway_id": "gw-1",'
+        ' "tool_name": "update_plan", "params": {"plan": [{"step": "x", "status": "pending"}]}}',
+    ),
+    (
+        "result",
+        '{"type": "tool_result", "run_id": "run-1", "seq": 9, "gateway_id": "gw-1", "agent_id": "main",'
+        ' "ts": 1767225601000, "tool_call_id": "call-1", "tool_name": "read", "params": {"path": "a"},'
+        ' "result": {"content": [{"type": "text", "text": "x"}], "details": {"bytes": 1}}}',
+    ),
+    (
+        "error naming an unknown tool",
+        '{"type": "tool_result", "run_id": "run-1", "seq": 10, "gateway_id": "gw-1",'
+        ' "tool_name": "Web_Search", "params": {"q": "x"}, "error": "Unknown tool: Web_Search"}',
+    ),
+    (
+        "the guard's veto: no result_hash",
+        '{"type": "tool_result", "run_id": "run-1", "seq": 11,'
+        ' "gateway_id": "gw-1", "tool_name": "read", "params": {}, "result": {"details": {"status": "blocked",'
+        ' "deniedReason": "tool-loop"}}}',
+    ),
+    (
+        "result absent",
+        '{"type": "tool_result", "run_id": "run-1", "seq": 12, "gateway_id": "gw-1",'
+        ' "tool_name": "read", "params": {}}',
+    ),
+    (
+        "exec result",
+        '{"type": "tool_result", "run_id": "run-3", "seq": 1, "gateway_id": "gw-\u00fc",'
+        ' "tool_name": "bash", "params": {"command": "make"}, "result": {"details": {"status": "completed",'
+        ' "exitCode": 2, "aggregated": "error: x"}}}',
+    ),
+    (
+        "compaction retry is sent as it is",
+        '{"type": "compaction_retry", "run_id": "run-1", "seq": 13, "gateway_id": "gw-1", "ts": 9}',
+    ),
     ("run end is sent as it is", '{"type": "run_end", "run_id": "run-1", "seq": 14, "gateway_id": "gw-1"}'),
 ]
 
-GATEWAYS = (
-    ["gw-1", "gw-2", "gw-3", "gw-4", "gw-5", "gw-6", "gw-7", "gw-8", "gw-9", "gw-10", "gw-11", "gw-12",
-     "gateway", "a", "ab", "abc", "abcd", "abcde", "abcdef", "abcdefg", "GW-1", "prod-eu-west-1/gateway-07",
-     "openclaw-host-3.example.internal", "x" * 100]
-    + ["gw-\u00fc", "caf\u00e9", "\u03a9", "\u7f51\u5173-1", "\u30b2\u30fc\u30c8\u30a6\u30a7\u30a4",
-       "\U0001f600-gw", "gw-\U0001f680\U0001f680", "\u00e9\u00e9\u00e9", "\u0627\u0644\u0628\u0648\u0627\u0628\u0629"]
-)
+GATEWAYS = [
+    "gw-1",
+    "gw-2",
+    "gw-3",
+    "gw-4",
+    "gw-5",
+    "gw-6",
+    "gw-7",
+    "gw-8",
+    "gw-9",
+    "gw-10",
+    "gw-11",
+    "gw-12",
+    "gateway",
+    "a",
+    "ab",
+    "abc",
+    "abcd",
+    "abcde",
+    "abcdef",
+    "abcdefg",
+    "GW-1",
+    "prod-eu-west-1/gateway-07",
+    "openclaw-host-3.example.internal",
+    "x" * 100,
+] + [
+    "gw-\u00fc",
+    "caf\u00e9",
+    "\u03a9",
+    "\u7f51\u5173-1",
+    "\u30b2\u30fc\u30c8\u30a6\u30a7\u30a4",
+    "\U0001f600-gw",
+    "gw-\U0001f680\U0001f680",
+    "\u00e9\u00e9\u00e9",
+    "\u0627\u0644\u0628\u0648\u0627\u0628\u0629",
+]
 PARTITIONS = (8, 12)
 
 
@@ -217,8 +394,9 @@ def build() -> dict[str, dict]:
     for name, text in CANONICAL:
         c = canon_exact(json.loads(text))
         assert canon(_value(text)) == c, name
-        canonical.append({"name": name, "input": text, "canonical": c.decode("utf-8"),
-                          "sha256": hashlib.sha256(c).hexdigest()})
+        canonical.append(
+            {"name": name, "input": text, "canonical": c.decode("utf-8"), "sha256": hashlib.sha256(c).hexdigest()}
+        )
 
     calls = []
     for name, tool, params in CALLS:
@@ -246,41 +424,50 @@ def build() -> dict[str, dict]:
         v["unknown_tool_name"] = fp.unknown_tool_name if isinstance(fp.unknown_tool_name, str) else None
         outcomes.append(v)
 
-    fingerprints = [{"name": name, "event": text, "privacy_event": json.loads(encode(fingerprint(decode_event(text))))}
-                    for name, text in FINGERPRINTS]
+    fingerprints = [
+        {"name": name, "event": text, "privacy_event": json.loads(encode(fingerprint(decode_event(text))))}
+        for name, text in FINGERPRINTS
+    ]
 
-    partitions = [{"gateway_id": g, "utf8_hex": g.encode().hex(),
-                   **{f"partition_{n}": partition_for(g, n) for n in PARTITIONS}} for g in GATEWAYS]
+    partitions = [
+        {"gateway_id": g, "utf8_hex": g.encode().hex(), **{f"partition_{n}": partition_for(g, n) for n in PARTITIONS}}
+        for g in GATEWAYS
+    ]
 
     return {
         "canonical.json": {
             "about": "canon(JSON.parse(input)) == canonical; sha256 = SHA-256 hex of the UTF-8 bytes of canonical "
-                     "(digest in semantics.md section 2). Inputs are JSON text, to be parsed by the language's "
-                     "own JSON parser (numbers to IEEE-754 doubles).",
-            "vectors": canonical},
+            "(digest in semantics.md section 2). Inputs are JSON text, to be parsed by the language's "
+            "own JSON parser (numbers to IEEE-754 doubles).",
+            "vectors": canonical,
+        },
         "calls.json": {
             "about": "Call signatures: args_hash = normalized tool name + ':' + digest(normalized params), and "
-                     "known_poll. params is JSON text; when absent the call has no params (digested as the bare "
-                     "word undefined). tool_name is the raw name the gateway saw.",
-            "vectors": calls},
+            "known_poll. params is JSON text; when absent the call has no params (digested as the bare "
+            "word undefined). tool_name is the raw name the gateway saw.",
+            "vectors": calls,
+        },
         "outcomes.json": {
             "about": "Outcome digests: result_hash (null: no outcome digest) and unknown_tool_name (null: none) "
-                     "of a tool_result with the given tool_name and, where present, params, result and error "
-                     "(each JSON text; an absent key is an absent value, JSON null is null).",
-            "vectors": outcomes},
+            "of a tool_result with the given tool_name and, where present, params, result and error "
+            "(each JSON text; an absent key is an absent value, JSON null is null).",
+            "vectors": outcomes,
+        },
         "fingerprints.json": {
             "about": "Privacy mode: event is a raw event as JSON text; privacy_event is exactly what a client in "
-                     "privacy mode sends for it (compare as JSON objects, key order free): params, result and "
-                     "error replaced by args_hash, known_poll (calls), result_hash and unknown_tool_name "
-                     "(results, each only when there is one); every other field as given, null defaults "
-                     "included; compaction_retry and run_end unchanged.",
-            "vectors": fingerprints},
+            "privacy mode sends for it (compare as JSON objects, key order free): params, result and "
+            "error replaced by args_hash, known_poll (calls), result_hash and unknown_tool_name "
+            "(results, each only when there is one); every other field as given, null defaults "
+            "included; compaction_retry and run_end unchanged.",
+            "vectors": fingerprints,
+        },
         "partitions.json": {
             "about": "Decisions partition of a gateway id: Kafka's default partitioner for a keyed record, "
-                     "(murmur2(UTF-8 bytes of the id) & 0x7fffffff) % partitions, with murmur2 as Kafka's "
-                     "Java client computes it (signed 32-bit, seed 0x9747b28c).",
+            "(murmur2(UTF-8 bytes of the id) & 0x7fffffff) % partitions, with murmur2 as Kafka's "
+            "Java client computes it (signed 32-bit, seed 0x9747b28c).",
             "partitions": list(PARTITIONS),
-            "vectors": partitions},
+            "vectors": partitions,
+        },
     }
 
 
@@ -333,8 +520,12 @@ def check_with_java(vectors: dict) -> str:
     jar = _kafka_clients_jar()
     cp = os.pathsep.join([str(jar)] + [str(p) for p in jar.parent.glob("slf4j-api-*.jar")])
     stdin = "".join(f"{v['utf8_hex']}\n" for v in vectors["vectors"])
-    out = subprocess.run(["java", "-cp", cp, str(HERE / "KafkaPartitions.java"), *map(str, vectors["partitions"])],
-                         input=stdin, capture_output=True, text=True)
+    out = subprocess.run(
+        ["java", "-cp", cp, str(HERE / "KafkaPartitions.java"), *map(str, vectors["partitions"])],
+        input=stdin,
+        capture_output=True,
+        text=True,
+    )
     if out.returncode != 0:
         raise SystemExit(f"java failed:\n{out.stderr}")
     lines = out.stdout.splitlines()
@@ -345,8 +536,9 @@ def check_with_java(vectors: dict) -> str:
         v["murmur2"] = int(m)
         for n, p in zip(vectors["partitions"], parts, strict=True):
             if int(p) != v[f"partition_{n}"]:
-                raise SystemExit(f"Kafka's partitioner puts {v['gateway_id']!r} on {p} of {n}, Python on "
-                                 f"{v[f'partition_{n}']}")
+                raise SystemExit(
+                    f"Kafka's partitioner puts {v['gateway_id']!r} on {p} of {n}, Python on {v[f'partition_{n}']}"
+                )
     return f"{len(lines)} gateway ids x {len(vectors['partitions'])} partition counts agree with {jar.name}"
 
 
