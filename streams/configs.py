@@ -46,7 +46,8 @@ import json5
 from detectors import ConfigError, DetectionConfig, load_config
 from detectors.canonical import canon_exact
 
-from .errors import BrokerError, SettingsError, broker_error, connect_errors
+from . import connect
+from .errors import BrokerError, SettingsError, broker_error
 from .settings import Settings
 
 log = logging.getLogger("loopwarden.configs")
@@ -119,34 +120,8 @@ class ConfigHistory:
             log.warning("skipping an unreadable record (key %r) at %s: %s", key, where, exc)
 
 
-def _client_kwargs(s: Settings) -> dict[str, Any]:
-    if "SASL" in s.security_protocol and (s.sasl_username is None or s.sasl_password is None):
-        raise SettingsError(f"security protocol {s.security_protocol} needs --sasl-username and --sasl-password")
-    try:
-        return s.kafka_kwargs()
-    except OSError as exc:  # ssl.SSLError too: an unreadable or malformed --ssl-cafile
-        raise SettingsError(f"cannot load the TLS files (--ssl-cafile {s.ssl_cafile}): {exc}") from None
-
-
-async def _started(client: Any, s: Settings) -> None:
-    from aiokafka.errors import KafkaError
-
-    with connect_errors() as seen:
-        try:
-            await client.start()
-        except KafkaError as exc:
-            await client.stop()
-            raise broker_error(exc, s, seen) from None
-
-
 def _consumer(s: Settings) -> Any:
-    from aiokafka import AIOKafkaConsumer
-
-    try:  # no group: nothing is committed, every reader reads the whole topic
-        return AIOKafkaConsumer(**_client_kwargs(s), group_id=None, enable_auto_commit=False,
-                                auto_offset_reset="earliest")
-    except ValueError as exc:  # aiokafka's check of the protocol and SASL mechanism
-        raise SettingsError(f"cannot connect with these settings: {exc}") from None
+    return connect.reader(s)
 
 
 async def publish_config(settings: Settings, text: bytes, source: str,
@@ -165,10 +140,10 @@ async def publish_config(settings: Settings, text: bytes, source: str,
         (warn or (lambda m: log.warning("%s: %s", source, m)))(w)
     created = settings.config_topic in await create_topics(settings)
     try:
-        producer = AIOKafkaProducer(**_client_kwargs(settings), acks="all", enable_idempotence=True)
+        producer = AIOKafkaProducer(**connect.client_kwargs(settings), acks="all", enable_idempotence=True)
     except ValueError as exc:
         raise SettingsError(f"cannot connect with these settings: {exc}") from None
-    await _started(producer, settings)
+    await connect.start(producer, settings)
     topic = settings.config_topic
     quiet = _NewTopicRetries()
     if created:
@@ -218,7 +193,7 @@ async def read_configs(settings: Settings, timeout: float = READ_TIMEOUT_S) -> C
 
     history = ConfigHistory()
     consumer = _consumer(settings)
-    await _started(consumer, settings)
+    await connect.start(consumer, settings)
     try:
         topic = settings.config_topic
         if topic not in await consumer.topics():
@@ -250,7 +225,7 @@ class ConfigFollower:
         from aiokafka import TopicPartition
 
         self._consumer = _consumer(self.settings)
-        await _started(self._consumer, self.settings)
+        await connect.start(self._consumer, self.settings)
         self._tp = TopicPartition(self.settings.config_topic, 0)
         self._consumer.assign([self._tp])
         self._consumer.seek(self._tp, self.history.next_offset)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections import Counter
 from typing import BinaryIO, TextIO
 
 from detectors import DetectionConfig
 from detectors.ingest import DEFAULT_MAX_EVENT_BYTES, SetAside, fold
+
+from .progress import Progress
 
 
 class ReplayReport:
@@ -34,33 +35,6 @@ class ReplayReport:
         }
 
 
-class _Progress:
-    """A progress bar on stderr by bytes read, shown only for a file on a terminal."""
-
-    def __init__(self, total: int | None) -> None:
-        self._bar = None
-        if total and sys.stderr.isatty():
-            try:  # rich comes with the worker extra; a plain install replays without a bar
-                from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-            except ModuleNotFoundError:
-                return
-
-            self._bar = Progress(
-                "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                console=None, transient=True,
-            )
-            self._bar.start()
-            self._task = self._bar.add_task("replaying", total=total)
-
-    def update(self, done: int) -> None:
-        if self._bar is not None:
-            self._bar.update(self._task, completed=done)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-
-
 def run_replay(
     config: DetectionConfig,
     src: BinaryIO,
@@ -72,7 +46,7 @@ def run_replay(
 ) -> ReplayReport:
     """Fold every line of `src` and write the decisions to `dst` as JSONL."""
     report = ReplayReport()
-    progress = _Progress(total_bytes)
+    progress = Progress("replaying", total_bytes, unit="bytes")
     out: list[bytes] = []
     seen = 0
 

@@ -17,7 +17,8 @@ async def create_topics(s: Settings) -> list[str]:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-    from .errors import SettingsError, broker_error, connect_errors
+    from . import connect
+    from .errors import SettingsError, broker_error
 
     # The changelog gets one record per touched run per flush; compaction (one record a
     # run) only reaches closed segments, and Kafka's default segment (1 GiB or 7 days)
@@ -32,22 +33,12 @@ async def create_topics(s: Settings) -> list[str]:
         # partition, so every reader sees a config before the `current` record naming it.
         (s.config_topic, 1, compacted),
     ]
-    if "SASL" in s.security_protocol and (s.sasl_username is None or s.sasl_password is None):
-        raise SettingsError(f"security protocol {s.security_protocol} needs --sasl-username and --sasl-password")
-    try:
-        kw = s.kafka_kwargs()
-    except OSError as exc:  # ssl.SSLError is one too: an unreadable or malformed --ssl-cafile
-        raise SettingsError(f"cannot load the TLS files (--ssl-cafile {s.ssl_cafile}): {exc}") from None
+    kw = connect.client_kwargs(s)
     try:
         admin = AIOKafkaAdminClient(**kw)
     except ValueError as exc:  # aiokafka's check of the protocol and SASL mechanism
         raise SettingsError(f"cannot connect with these settings: {exc}") from None
-    with connect_errors() as seen:
-        try:
-            await admin.start()
-        except KafkaError as exc:
-            await admin.close()
-            raise broker_error(exc, s, seen) from None
+    await connect.start(admin, s)
     created = []
     try:
         existing = set(await admin.list_topics())

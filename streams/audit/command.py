@@ -14,6 +14,7 @@ from detectors import DetectionConfig
 from detectors.errors import LoopwardenError
 
 from ..errors import SettingsError
+from ..progress import Progress
 from ..settings import Settings, read_detection_config
 from ..times import parse_duration, parse_from
 from .core import Audit, ConfigBook
@@ -35,37 +36,6 @@ def _time_ms(text: str | None, option: str, now: float) -> int | None:
     if t == "now":
         return int(now * 1000)
     return int(float(t) * 1000)
-
-
-class _Progress:
-    """Events read, rate and time left, on stderr when it is a terminal."""
-
-    def __init__(self, total: int) -> None:
-        self._bar: Any = None
-        if total and sys.stderr.isatty():
-            try:
-                from rich.progress import (
-                    BarColumn,
-                    MofNCompleteColumn,
-                    Progress,
-                    TaskProgressColumn,
-                    TimeRemainingColumn,
-                )
-            except ModuleNotFoundError:
-                return
-            self._bar = Progress("auditing", BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
-                                 "[progress.data.speed]{task.speed:>8.0f} events/s", TimeRemainingColumn(),
-                                 transient=True)
-            self._bar.start()
-            self._task = self._bar.add_task("events", total=total)
-
-    def update(self, done: int) -> None:
-        if self._bar is not None:
-            self._bar.update(self._task, completed=done)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
 
 
 async def _configs(settings: Settings, args: Any) -> ConfigBook:
@@ -124,7 +94,7 @@ async def audit(settings: Settings, args: Any, out: TextIO) -> int:
             diff=(lambda line: diff_file.write(json.dumps(line, ensure_ascii=False) + "\n")) if diff_file else None,
             timelines=bool(args.html),
         )
-        progress = _Progress(events.total)
+        progress = Progress("auditing", events.total)
         while not events.finished:
             chunk = await events.chunk()
             if not chunk:

@@ -8,7 +8,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from ..errors import BrokerError, broker_error, connect_errors
+from .. import connect
+from ..errors import BrokerError, broker_error
 from ..settings import Settings
 from .core import Msg
 
@@ -32,15 +33,8 @@ class TopicRange:
         """Find the offsets: the first record at or after `start_ms` (None: the beginning)
         and the first after `end_ms` (None: the end now)."""
         s = self.settings
-        consumer = AIOKafkaConsumer(
-            group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
-            max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20, **s.kafka_kwargs())
-        with connect_errors() as seen:
-            try:
-                await consumer.start()
-            except KafkaError as exc:
-                await consumer.stop()
-                raise broker_error(exc, s, seen) from None
+        consumer = connect.reader(s, max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20)
+        await connect.start(consumer, s)
         self.consumer = consumer
         try:
             if self.topic not in await consumer.topics():  # a metadata request for every topic
