@@ -24,6 +24,7 @@ const plugin = {
     }
     api.on("after_compaction", hooks.after_compaction);
     api.on("agent_end", hooks.agent_end);
+    api.on("gateway_start", hooks.gateway_start);
     api.on("gateway_stop", hooks.gateway_stop);
     api.logger.info(
       `loopwarden: gateway ${config.gatewayId} on ${config.bootstrap} (${config.topicPrefix}*), ` +

@@ -15,7 +15,7 @@
  *   since a blocked call is not part of the run's history.
  * - after_compaction: a compaction_retry (arms the post-compaction guard).
  * - agent_end: a run_end (the worker drops the run).
- * - gateway_stop: the Kafka connections are closed.
+ * - gateway_start: connects (else the first call does); gateway_stop: disconnects.
  *
  * Run id: the hook event's `runId`, else the context's, else the session's id or key.
  */
@@ -255,6 +255,11 @@ export function createHooks(config: LoopwardenConfig, logger: Logger, client: Ga
       } catch (err) {
         logger.warn(`loopwarden: end of run ${runId} not sent: ${err instanceof Error ? err.message : err}`);
       }
+    },
+
+    /** Connects when the gateway starts, so the first tool call does not wait for it. */
+    async gateway_start() {
+      await ready().catch(() => undefined); // logged by ready(); the calls retry
     },
 
     async gateway_stop() {

@@ -19,6 +19,7 @@ if (phase === "worker") {
   for (const privacy of [true, false]) {
     test(`a looping agent is warned at 3, then blocked at 5 with loopwarden's message (privacy ${privacy})`, async () => {
       const { runner, logs, middlewares } = loadPlugin({ bootstrap, topicPrefix: prefix, gatewayId: `oc-gw-${privacy}`, timeoutMs: 15000, privacy });
+      await runner.runGatewayStart({ port: 0 }, {}); // connects, as when OpenClaw's gateway starts
       const run = new AgentRun(runner, `loop-${privacy}-${Date.now()}`, middlewares);
       const seen = [];
       for (let i = 1; i <= 7; i++) {
@@ -49,6 +50,7 @@ if (phase === "stopped") {
   for (const failPolicy of ["fail-open", "fail-closed"] as const) {
     test(`worker stopped: ${failPolicy}`, async () => {
       const { runner } = loadPlugin({ bootstrap, topicPrefix: prefix, gatewayId: `oc-gw-${failPolicy}`, timeoutMs: 1000, failPolicy });
+      await runner.runGatewayStart({ port: 0 }, {});
       const run = new AgentRun(runner, `stopped-${failPolicy}-${Date.now()}`);
       for (let i = 0; i < 2; i++) {
         const t0 = Date.now();
@@ -59,7 +61,7 @@ if (phase === "stopped") {
           assert.deepEqual([r.ran, r.text], [true, "contents"]);
         } else {
           assert.equal(r.ran, false);
-          assert.match(r.text, /^loopwarden gave no decision within 1s; blocked \(fail-closed\)$/);
+          assert.match(r.text, /^loopwarden gave no decision within 1s( \(.*\))?; blocked \(fail-closed\)$/);
         }
       }
       await runner.runGatewayStop({ reason: "test" }, {});

@@ -30,10 +30,11 @@ test("config: defaults from the manifest's schema, every mistake named", () => {
   assert.equal(sasl.privacy, false);
 });
 
-test("register: the six hooks and the tool-result middleware, on OpenClaw's plugin api", () => {
+test("register: the seven hooks and the tool-result middleware, on OpenClaw's plugin api", () => {
   const { typedHooks, middlewares, logs } = loadPlugin({ bootstrap: "127.0.0.1:1", gatewayId: "gw-reg" });
   assert.deepEqual(typedHooks.map((h) => h.hookName).sort(),
-    ["after_compaction", "after_tool_call", "agent_end", "before_tool_call", "gateway_stop", "tool_result_persist"]);
+    ["after_compaction", "after_tool_call", "agent_end", "before_tool_call", "gateway_start", "gateway_stop",
+      "tool_result_persist"]);
   assert.equal(middlewares.length, 1);
   assert.match(logs[0].message, /gateway gw-reg on 127\.0\.0\.1:1 .*fail-open, timeout 2000 ms, privacy on/);
 });
