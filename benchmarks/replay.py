@@ -9,9 +9,10 @@ subprocess (interpreter start-up included): the floor (`../shared/tools/replay_f
 which only decodes each line, hashes it and writes a line per call), this checkout's
 `loopwarden replay`, and the same command of `--baseline` (checked out with `git
 worktree add` into a temporary folder and run with this interpreter from there, so its
-own packages import). Each gets its best and median seconds and its ratio to the floor's
-best; `identical_output` says whether this checkout wrote the same bytes as the baseline.
-`profile_top` names where this checkout's time goes (in process, own time).
+own packages import). Each gets its best and median CPU seconds (user + system of the
+child; wall time too) and its ratio to the floor's best; `identical_output` says whether
+this checkout wrote the same bytes as the baseline. `profile_top` names where this
+checkout's time goes (in process, own time).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import io
 import json
 import os
 import pstats
+import resource
 import statistics
 import subprocess
 import sys
@@ -49,10 +51,15 @@ def _worktree(rev: str, into: str) -> str:
                           text=True).stdout.strip()
 
 
-def _time(cmd: list[str], cwd: str) -> float:
+def _time(cmd: list[str], cwd: str) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one run of `cmd`; CPU time (user + system of the
+    child) is what the ratios use, as it hardly moves when other processes share the cores."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def _profile(src: str, cfg: str) -> list[dict[str, object]]:
@@ -113,12 +120,15 @@ def main() -> None:
                 "baseline": (replay + [out["baseline"]], wt),
                 "current": (replay + [out["current"]], str(ROOT)),
             }
-            times: dict[str, list[float]] = {k: [] for k in commands}
+            times: dict[str, list[float]] = {k: [] for k in commands}  # CPU seconds
+            walls: dict[str, list[float]] = {k: [] for k in commands}
             names = list(commands)
             for r in range(args.repeat):
                 for k in names[r % len(names):] + names[: r % len(names)]:  # rotate the order each round
                     cmd, cwd = commands[k]
-                    times[k].append(_time(cmd, cwd))
+                    wall, cpu = _time(cmd, cwd)
+                    walls[k].append(wall)
+                    times[k].append(cpu)
             identical = _sha256(out["current"]) == _sha256(out["baseline"])
             current_sha = _sha256(out["current"])
         finally:
@@ -130,10 +140,12 @@ def main() -> None:
     def row(k: str) -> dict[str, object]:
         best = min(times[k])
         return {
-            "seconds_best": round(best, 3),
-            "seconds_median": round(statistics.median(times[k]), 3),
-            "events_per_s": round(events / best),
+            "cpu_seconds_best": round(best, 3),
+            "cpu_seconds_median": round(statistics.median(times[k]), 3),
+            "wall_seconds_best": round(min(walls[k]), 3),
+            "events_per_cpu_s": round(events / best),
             "ratio_to_floor": round(best / floor, 2),
+            "wall_ratio_to_floor": round(min(walls[k]) / min(walls["floor"]), 2),
         }
 
     print(json.dumps({

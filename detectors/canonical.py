@@ -61,12 +61,31 @@ def js_number(x: float) -> str:
     return "-" + out if x < 0 else out
 
 
+# Bounded memos of pure functions that run on every event. A call's result carries the
+# call's params again, so their floats and their digest are always seen twice; a loop
+# repeats its outcome too. Emptied when full; long values are not kept.
+_MEMO_ENTRIES = 4096
+_MEMO_MAX_BYTES = 2048
+_FLOATS: dict[str, msgspec.Raw] = {}
+_DIGESTS: dict[bytes, str] = {}
+_sha256 = hashlib.sha256
+
+
 def js_float_literal(text: str) -> msgspec.Raw:
     """A JSON float literal as the canonical bytes JavaScript would write for it."""
+    raw = _FLOATS.get(text)
+    if raw is not None:
+        return raw
     x = float(text)
     if math.isfinite(x):
-        return msgspec.Raw(js_number(x).encode())
-    return msgspec.Raw(json.dumps("NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")).encode())
+        raw = msgspec.Raw(js_number(x).encode())
+    else:
+        raw = msgspec.Raw(json.dumps("NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")).encode())
+    if len(text) <= 64:
+        if len(_FLOATS) >= _MEMO_ENTRIES:
+            _FLOATS.clear()
+        _FLOATS[text] = raw
+    return raw
 
 
 def _js_int(i: int) -> str:
@@ -158,4 +177,12 @@ def canon(v: Any) -> bytes:
 
 def digest(v: Any) -> str:
     """SHA-256 hex of the canonical JSON of a wire value."""
-    return hashlib.sha256(canon(v)).hexdigest()
+    b = canon(v)
+    h = _DIGESTS.get(b)
+    if h is None:
+        h = _sha256(b).hexdigest()
+        if len(b) <= _MEMO_MAX_BYTES:
+            if len(_DIGESTS) >= _MEMO_ENTRIES:
+                _DIGESTS.clear()
+            _DIGESTS[b] = h
+    return h

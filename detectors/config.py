@@ -30,7 +30,8 @@ DEFAULT_IDLE_TIMEOUT_MS = 24 * 60 * 60 * 1000  # loopwarden.runIdleTimeoutMs (se
 class AgentConfig(Struct, frozen=True):
     """The effective config of one agent (semantics.md section 1), with the detectors it
     runs: `call_detectors` judge each tool_call (none while `rolling_detectors_on` is
-    false), `result_detectors` each tool_result while the guard is armed."""
+    false; `new_call_detectors` a call not in the history yet), `result_detectors` each
+    tool_result while the guard is armed."""
 
     enabled: bool | None
     history_size: int
@@ -45,6 +46,7 @@ class AgentConfig(Struct, frozen=True):
     rolling_detectors_on: bool = False  # `enabled` is true: the detectors of section 4 judge calls
     compaction_guard_on: bool = True  # `enabled` is not false: the post-compaction guard (section 5)
     call_detectors: tuple[Detector[CallScan], ...] = ()
+    new_call_detectors: tuple[Detector[CallScan], ...] = ()  # those of call_detectors not `repeats_only`
     result_detectors: tuple[Detector[GuardScan], ...] = ()
 
     def switched_on(self, switch: str) -> bool:
@@ -190,6 +192,7 @@ def resolve(merged: dict[str, Any], where: str, warnings: list[str], own: set[st
     }
     rolling = enabled is True
     guard = enabled is not False
+    on_calls = tuple(d for d in CALL_DETECTORS if d.switch is None or switches[d.switch]) if rolling else ()
     return AgentConfig(
         enabled=enabled,
         history_size=nums["historySize"],
@@ -203,7 +206,8 @@ def resolve(merged: dict[str, Any], where: str, warnings: list[str], own: set[st
         idle_timeout_ms=idle_timeout_ms,
         rolling_detectors_on=rolling,
         compaction_guard_on=guard,
-        call_detectors=tuple(d for d in CALL_DETECTORS if d.switch is None or switches[d.switch]) if rolling else (),
+        call_detectors=on_calls,
+        new_call_detectors=tuple(d for d in on_calls if not d.repeats_only),
         result_detectors=tuple(d for d in RESULT_DETECTORS if d.switch is None or switches[d.switch]) if guard else (),
     )
 

@@ -1,4 +1,10 @@
-"""The fold of one event: `apply(state, event, config) -> (state, decisions)`."""
+"""The fold of one event: `apply(state, event, config) -> (state, decisions)`.
+
+The detectors themselves live in `rules/`; this module keeps a run's history, asks the
+agent's detectors in order (the first verdict wins), applies warning suppression, and
+builds the decision. It runs once per event on every reader, so it is written for speed:
+one new state per event, no work beyond the decision for a call nothing fires on.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,14 @@ from msgspec.structs import replace
 
 from .config import AgentConfig, DetectionConfig
 from .errors import StaleSeqError
-from .fingerprint import call_facts, result_facts
+from .fingerprint import call_facts, call_key, result_facts
 from .rules import BY_NAME, COMPACTION_GUARD, CallScan, GuardScan, Verdict
 from .state import EMPTY, MAX_WARNING_KEYS, REMEMBERED_DECISIONS, Answer, GuardEntry, HistoryEntry, RunState
 from .wire import CompactionRetry, Decision, Event, RunEnd, ToolCall, ToolResult
 
 ABORT = COMPACTION_GUARD.name
+_KEEP_ANSWERS = REMEMBERED_DECISIONS - 1
+_NO_DECISIONS: tuple[Decision, ...] = ()
 
 
 def _decision(
@@ -47,95 +55,110 @@ def _decision(
     )
 
 
-def _remember(state: RunState, d: Decision) -> tuple[Answer, ...]:
-    kept = state.answers[-(REMEMBERED_DECISIONS - 1):] if len(state.answers) >= REMEMBERED_DECISIONS else state.answers
-    return kept + (Answer(d.seq, d.action, d.level, d.detector, d.count, d.warning_key, d.paired_tool_name),)
+def _remember(answers: tuple[Answer, ...], a: Answer) -> tuple[Answer, ...]:
+    """The run's remembered answers with `a` added, the oldest dropped past the bound."""
+    if len(answers) >= REMEMBERED_DECISIONS:
+        return answers[-_KEEP_ANSWERS:] + (a,)
+    return answers + (a,)
+
+
+def _append(history: tuple[HistoryEntry, ...], entry: HistoryEntry, size: int) -> tuple[HistoryEntry, ...]:
+    if len(history) >= size:
+        return history[len(history) - size + 1:] + (entry,)
+    return history + (entry,)
 
 
 def _answer_again(ev: ToolCall, a: Answer, config: DetectionConfig) -> Decision:
-    tool, sig, _ = call_facts(ev)
+    tool, sig = call_key(ev)
     return _decision(ev, tool, sig, config.for_agent(ev.agent_id), a.action, a.level, a.detector, a.count,
                      a.warning_key, a.paired_tool_name)
 
 
-def _append(history: tuple[HistoryEntry, ...], rec: HistoryEntry, size: int) -> tuple[HistoryEntry, ...]:
-    if len(history) >= size:
-        return history[len(history) - size + 1:] + (rec,)
-    return history + (rec,)
-
-
-def _warn(state: RunState, v: Verdict) -> tuple[str, dict[str, int]]:
+def _warn(warned: dict[str, int], v: Verdict) -> tuple[str, dict[str, int]]:
     """Warning suppression: (action, new warning memory) for a warning verdict."""
     key = v.warning_key
     assert key is not None  # every warning has a key
     bucket = v.count // 10
-    last = state.warned.get(key)
+    last = warned.get(key)
     if last is not None and bucket <= last:
-        return "allow", state.warned
-    warned = dict(state.warned)
+        return "allow", warned
+    warned = dict(warned)
     if last is None and len(warned) >= MAX_WARNING_KEYS:
         del warned[next(iter(warned))]
     warned[key] = bucket
     return "warn", warned
 
 
-def _on_call(state: RunState, ev: ToolCall, cfg: AgentConfig, ts: int | None) -> tuple[RunState, tuple[Decision, ...]]:
+def _on_call(state: RunState, ev: ToolCall, cfg: AgentConfig, ts: int | None) -> tuple[RunState, tuple[Decision]]:
     tool, sig, poll = call_facts(ev)
     if state.aborted:
         d = _decision(ev, tool, sig, cfg, "abort", "critical", ABORT)
-        return replace(state, last_seq=ev.seq, last_ts=ts, answers=_remember(state, d)), (d,)
+        a = Answer(ev.seq, "abort", "critical", ABORT)
+        return replace(state, last_seq=ev.seq, last_ts=ts, answers=_remember(state.answers, a)), (d,)
+    history = state.history
     v = None
-    if cfg.call_detectors:
-        scan = CallScan(state.history, tool, sig, poll)
-        for detector in cfg.call_detectors:
+    detectors = cfg.call_detectors
+    if detectors:
+        scan = CallScan(history, tool, sig, poll)
+        if not scan.seen:
+            detectors = cfg.new_call_detectors
+        for detector in detectors:
             v = detector.evaluate(scan, cfg)
             if v is not None:
                 break
-    warned = state.warned
-    history = state.history
     if v is None:
         d = _decision(ev, tool, sig, cfg)
-    elif v.level == "critical":
-        d = _decision(ev, tool, sig, cfg, "block", "critical", v.detector.name, v.count, v.warning_key,
-                      v.paired_tool_name)
-    else:
-        action, warned = _warn(state, v)
-        d = _decision(ev, tool, sig, cfg, action, "warning", v.detector.name, v.count, v.warning_key,
-                      v.paired_tool_name)
-    if d.action != "block":
+        a = Answer(ev.seq, "allow", "none")
         history = _append(history, HistoryEntry(tool, sig, ev.tool_call_id), cfg.history_size)
-    return replace(state, last_seq=ev.seq, last_ts=ts, history=history, warned=warned, answers=_remember(state, d)), (d,)
+        return replace(state, last_seq=ev.seq, last_ts=ts, history=history, answers=_remember(state.answers, a)), (d,)
+    name = v.detector.name
+    warned = state.warned
+    if v.level == "critical":
+        action, level = "block", "critical"  # a blocked call is not recorded: the block stays in force
+    else:
+        action, warned = _warn(warned, v)
+        level = "warning"
+        history = _append(history, HistoryEntry(tool, sig, ev.tool_call_id), cfg.history_size)
+    d = _decision(ev, tool, sig, cfg, action, level, name, v.count, v.warning_key, v.paired_tool_name)
+    a = Answer(ev.seq, action, level, name, v.count, v.warning_key, v.paired_tool_name)
+    return replace(state, last_seq=ev.seq, last_ts=ts, history=history, warned=warned,
+                   answers=_remember(state.answers, a)), (d,)
 
 
-def _on_result(state: RunState, ev: ToolResult, cfg: AgentConfig, ts: int | None) -> tuple[RunState, tuple[Decision, ...]]:
+def _on_result(state: RunState, ev: ToolResult, cfg: AgentConfig, ts: int | None
+               ) -> tuple[RunState, tuple[Decision, ...]]:
     if state.aborted:
-        return replace(state, last_seq=ev.seq, last_ts=ts), ()
-    tool, sig, _ = call_facts(ev)
+        return replace(state, last_seq=ev.seq, last_ts=ts), _NO_DECISIONS
+    tool, sig = call_key(ev)
     rh, unknown = result_facts(ev, tool)
     if rh is None:
-        return replace(state, last_seq=ev.seq, last_ts=ts), ()
+        return replace(state, last_seq=ev.seq, last_ts=ts), _NO_DECISIONS
+    # Fill the newest entry of this call still waiting for its outcome, else append one.
     history = state.history
     want_id = ev.tool_call_id
     for i in range(len(history) - 1, -1, -1):
         r = history[i]
-        if r.result_hash is None and r.args_hash == sig and r.tool_name == tool and (want_id is None or r.tool_call_id == want_id):
-            history = history[:i] + (replace(r, result_hash=rh, unknown_tool_name=unknown),) + history[i + 1:]
+        if (r.result_hash is None and r.args_hash == sig and r.tool_name == tool
+                and (want_id is None or r.tool_call_id == want_id)):
+            history = history[:i] + (HistoryEntry(tool, sig, r.tool_call_id, rh, unknown),) + history[i + 1:]
             break
     else:
         history = _append(history, HistoryEntry(tool, sig, want_id, rh, unknown), cfg.history_size)
-    if state.guard_left <= 0 or not cfg.result_detectors:
-        return replace(state, last_seq=ev.seq, last_ts=ts, history=history), ()
+    left = state.guard_left
+    if left <= 0 or not cfg.result_detectors:
+        return replace(state, last_seq=ev.seq, last_ts=ts, history=history), _NO_DECISIONS
     entry = GuardEntry(tool, sig, rh)
     window = state.guard_window + (entry,)
-    scan = GuardScan(window, entry, sum(1 for e in window if e == entry))
+    scan = GuardScan(window, entry, window.count(entry))
     for detector in cfg.result_detectors:
         v = detector.evaluate(scan, cfg)
         if v is not None:
             d = _decision(ev, tool, sig, cfg, "abort", "critical", v.detector.name, v.count)
             return replace(state, last_seq=ev.seq, last_ts=ts, history=history, guard_left=0, guard_window=(),
                            aborted=True), (d,)
-    left = state.guard_left - 1
-    return replace(state, last_seq=ev.seq, last_ts=ts, history=history, guard_left=left, guard_window=window if left else ()), ()
+    left -= 1
+    return replace(state, last_seq=ev.seq, last_ts=ts, history=history, guard_left=left,
+                   guard_window=window if left else ()), _NO_DECISIONS
 
 
 def apply(state: RunState | None, ev: Event, config: DetectionConfig) -> tuple[RunState | None, tuple[Decision, ...]]:
@@ -156,16 +179,17 @@ def apply(state: RunState | None, ev: Event, config: DetectionConfig) -> tuple[R
             for a in reversed(state.answers):
                 if a.seq == ev.seq:
                     return state, (_answer_again(ev, a, config),)
-            raise StaleSeqError(f"stale tool_call: seq {ev.seq} <= last applied seq {state.last_seq} of run {ev.run_id!r}")
-        return state, ()
+            raise StaleSeqError(
+                f"stale tool_call: seq {ev.seq} <= last applied seq {state.last_seq} of run {ev.run_id!r}")
+        return state, _NO_DECISIONS
     if isinstance(ev, ToolCall):
         return _on_call(state, ev, config.for_agent(ev.agent_id), ts)
     if isinstance(ev, ToolResult):
         return _on_result(state, ev, config.for_agent(ev.agent_id), ts)
     if isinstance(ev, RunEnd):
-        return None, ()
+        return None, _NO_DECISIONS
     assert isinstance(ev, CompactionRetry)
     cfg = config.for_agent(ev.agent_id)
     if cfg.compaction_guard_on:
-        return replace(state, last_seq=ev.seq, last_ts=ts, guard_left=cfg.window, guard_window=()), ()
-    return replace(state, last_seq=ev.seq, last_ts=ts), ()
+        return replace(state, last_seq=ev.seq, last_ts=ts, guard_left=cfg.window, guard_window=()), _NO_DECISIONS
+    return replace(state, last_seq=ev.seq, last_ts=ts), _NO_DECISIONS

@@ -235,15 +235,27 @@ def outcome(tool_name: str, params: Any, result: Any, error: Any) -> tuple[str |
 # --- what the engine reads from an event, in either form --------------------------------
 
 
+def call_key(ev: ToolCall | ToolResult) -> tuple[str, str]:
+    """(normalized tool name, args_hash) of a call or result event."""
+    name = ev.tool_name
+    tool = _NAMES.get(name) or normalize_tool_name(name)
+    sig = ev.args_hash
+    if sig is UNSET:
+        sig = call_signature(tool, ev.params)
+    return tool, sig
+
+
 def call_facts(ev: ToolCall | ToolResult) -> tuple[str, str, bool]:
     """(normalized tool name, args_hash, known_poll) of a call or result event."""
-    tool = normalize_tool_name(ev.tool_name)
-    sig = ev.args_hash if ev.args_hash is not UNSET else call_signature(tool, ev.params)
+    tool, sig = call_key(ev)
     poll: bool
-    if ev.params is UNSET and isinstance(ev, ToolCall) and isinstance(ev.known_poll, bool):
+    params = ev.params
+    if params is UNSET and isinstance(ev, ToolCall) and isinstance(ev.known_poll, bool):
         poll = ev.known_poll
+    elif tool == "command_status" or tool == "process":
+        poll = is_known_poll(tool, _nullish(params))
     else:
-        poll = is_known_poll(tool, _nullish(ev.params))
+        poll = False  # is_known_poll of any other tool
     return tool, sig, poll
 
 

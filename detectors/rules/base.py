@@ -21,10 +21,11 @@ if TYPE_CHECKING:
 class CallScan:
     """What the rolling detectors read about a call about to run, from one pass over the
     run's history (semantics.md section 4): the unknown-tool streak, the repeat count and
-    the no-progress streak of this exact call."""
+    the no-progress streak of this exact call, and whether its signature is in the
+    history at all (`seen`)."""
 
-    __slots__ = ("history", "tool", "sig", "known_poll", "unknown_streak", "missing", "repeats", "no_progress",
-                 "latest")
+    __slots__ = ("history", "tool", "sig", "known_poll", "seen", "unknown_streak", "missing", "repeats",
+                 "no_progress", "latest")
 
     def __init__(self, history: tuple[HistoryEntry, ...], tool: str, sig: str, known_poll: bool) -> None:
         self.history = history
@@ -36,19 +37,23 @@ class CallScan:
         missing: str | None = None
         for r in reversed(history):
             u = r.unknown_tool_name
-            if r.tool_name != tool or not u or (missing is not None and u != missing):
+            if not u or r.tool_name != tool or (missing is not None and u != missing):
                 break
             missing = u
             streak += 1
         self.unknown_streak = streak
         self.missing = missing
         # Repeat count and no-progress streak over the entries of this exact call.
+        seen = False
         repeats = 0
         no_progress = 0
         latest: str | None = None
         counting = True
         for r in reversed(history):
-            if r.args_hash != sig or r.tool_name != tool:
+            if r.args_hash != sig:
+                continue
+            seen = True
+            if r.tool_name != tool:
                 continue
             repeats += 1
             if counting:
@@ -62,6 +67,7 @@ class CallScan:
                     no_progress += 1
                 else:
                     counting = False
+        self.seen = seen
         self.repeats = repeats
         self.no_progress = no_progress
         self.latest = latest
@@ -108,6 +114,9 @@ class Detector(Generic[ScanT]):
     judges: ClassVar[Literal["tool_call", "tool_result"]]
     """"tool_call": a rolling detector (a CallScan; on only when `enabled` is true);
     "tool_result": the post-compaction guard (a GuardScan; on unless `enabled` is false)."""
+    repeats_only: ClassVar[bool] = False
+    """True: it can fire only on a call whose signature is already in the run's history,
+    so the engine does not ask it about a new call (most calls)."""
 
     def evaluate(self, scan: ScanT, cfg: AgentConfig) -> Verdict | None:
         raise NotImplementedError

@@ -14,6 +14,7 @@ class GenericRepeat(Detector[CallScan]):
     name = "generic_repeat"
     switch = "genericRepeat"
     judges = "tool_call"
+    repeats_only = True
 
     def evaluate(self, scan: CallScan, cfg: AgentConfig) -> Verdict | None:
         if scan.known_poll:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 class GlobalCircuitBreaker(Detector[CallScan]):
     name = "global_circuit_breaker"
     judges = "tool_call"
+    repeats_only = True
 
     def evaluate(self, scan: CallScan, cfg: AgentConfig) -> Verdict | None:
         if scan.no_progress >= cfg.global_breaker:

@@ -14,6 +14,7 @@ class KnownPollNoProgress(Detector[CallScan]):
     name = "known_poll_no_progress"
     switch = "knownPollNoProgress"
     judges = "tool_call"
+    repeats_only = True
 
     def evaluate(self, scan: CallScan, cfg: AgentConfig) -> Verdict | None:
         if not scan.known_poll:

@@ -67,6 +67,7 @@ class PingPong(Detector[CallScan]):
     name = "ping_pong"
     switch = "pingPong"
     judges = "tool_call"
+    repeats_only = True
 
     def evaluate(self, scan: CallScan, cfg: AgentConfig) -> Verdict | None:
         count, paired, paired_sig, evidence = alternation(scan.history, scan.sig)

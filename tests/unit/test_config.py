@@ -43,7 +43,8 @@ def test_bad_numbers_fall_back_to_builtin_defaults_not_to_the_global_value():
 
 
 def test_thresholds_are_clamped_in_order():
-    r = DetectionConfig({"tools": {"loopDetection": {"warningThreshold": 25, "globalCircuitBreakerThreshold": 3}}}).global_config
+    doc = {"tools": {"loopDetection": {"warningThreshold": 25, "globalCircuitBreakerThreshold": 3}}}
+    r = DetectionConfig(doc).global_config
     assert (r.warning, r.critical, r.global_breaker) == (25, 26, 27)
 
 
