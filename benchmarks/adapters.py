@@ -27,12 +27,12 @@ from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from benchmarks.kafka import end, own_broker, start_worker
-from streams.tools import localkafka
 from streams import settings as settings_mod
 from streams.client import GatewayClient
-from streams.topics import create_topics
 from streams.frameworks.langchain import RUN_KEY, LoopwardenMiddleware
 from streams.frameworks.openai_agents import LoopwardenGuard
+from streams.tools import localkafka
+from streams.topics import create_topics
 
 RUN_LEN = 20
 
@@ -76,22 +76,32 @@ async def measure(client: GatewayClient, calls: int) -> dict:
         mw = LoopwardenMiddleware(client)
 
         async def handler(req):
-            return ToolMessage(content=f"contents of {req.tool_call['args']['path']}", tool_call_id=req.tool_call["id"],
-                               name=req.tool_call["name"])
+            return ToolMessage(
+                content=f"contents of {req.tool_call['args']['path']}",
+                tool_call_id=req.tool_call["id"],
+                name=req.tool_call["name"],
+            )
 
         inside.clear()
         total = []
         for i in range(calls):
             run = f"lc-{i // RUN_LEN}"
-            req = ToolCallRequest(tool_call={"name": "read_file", "args": args_of(i), "id": f"c{i}", "type": "tool_call"},
-                                  tool=None, state={RUN_KEY: run, "messages": []}, runtime=None)
+            req = ToolCallRequest(
+                tool_call={"name": "read_file", "args": args_of(i), "id": f"c{i}", "type": "tool_call"},
+                tool=None,
+                state={RUN_KEY: run, "messages": []},
+                runtime=None,
+            )
             t = time.perf_counter()
             await mw.awrap_tool_call(req, handler)
             total.append(time.perf_counter() - t)
             if i % RUN_LEN == RUN_LEN - 1:
                 await client.end_run(run)
-        out["langchain"] = {"hook_ms": stats(total), "inside_check_ms": stats(inside),
-                            "overhead_ms": stats([a - b for a, b in zip(total, inside, strict=True)])}
+        out["langchain"] = {
+            "hook_ms": stats(total),
+            "inside_check_ms": stats(inside),
+            "overhead_ms": stats([a - b for a, b in zip(total, inside, strict=True)]),
+        }
 
         # OpenAI Agents SDK
         guard = LoopwardenGuard(client)
@@ -101,16 +111,20 @@ async def measure(client: GatewayClient, calls: int) -> dict:
         for r in range(calls // RUN_LEN):
             async with guard.scope():
                 for i in range(r * RUN_LEN, (r + 1) * RUN_LEN):
-                    ctx = ToolContext(context=None, tool_name="read_file", tool_call_id=f"c{i}",
-                                      tool_arguments=json.dumps(args_of(i)))
+                    ctx = ToolContext(
+                        context=None, tool_name="read_file", tool_call_id=f"c{i}", tool_arguments=json.dumps(args_of(i))
+                    )
                     t = time.perf_counter()
                     before = await guard.input_guardrail.run(ToolInputGuardrailData(context=ctx, agent=agent))
                     assert before.behavior["type"] == "allow"
                     output = f"contents of {args_of(i)['path']}"  # the tool
                     await guard.output_guardrail.run(ToolOutputGuardrailData(context=ctx, agent=agent, output=output))
                     total.append(time.perf_counter() - t)
-        out["openai_agents"] = {"hook_ms": stats(total), "inside_check_ms": stats(inside),
-                                "overhead_ms": stats([a - b for a, b in zip(total, inside, strict=True)])}
+        out["openai_agents"] = {
+            "hook_ms": stats(total),
+            "inside_check_ms": stats(inside),
+            "overhead_ms": stats([a - b for a, b in zip(total, inside, strict=True)]),
+        }
     finally:
         client.check = bare
     return out

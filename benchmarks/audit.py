@@ -68,7 +68,7 @@ async def load(bootstrap: str, s: settings_mod.Settings, lines: list[bytes], dec
         r = recorded.decode(d)
         by_event[r.event_id] = (r.gateway_id.encode(), d)
     for i in range(0, len(lines), CHUNK):
-        chunk = lines[i:i + CHUNK]
+        chunk = lines[i : i + CHUNK]
         await preload(bootstrap, s.events_topic, chunk)
         out = []
         for ln in chunk:
@@ -93,8 +93,21 @@ def main() -> None:
         src.write_bytes(b"\n".join(lines) + b"\n")
         cfg.write_text(json.dumps(CONFIG))
         with open(out, "wb") as f:
-            replay_s, replay_rss, _ = timed([sys.executable, "-m", "streams.cli", "replay", "--config", str(cfg),
-                                             "--input", str(src), "--output", "-"], f)
+            replay_s, replay_rss, _ = timed(
+                [
+                    sys.executable,
+                    "-m",
+                    "streams.cli",
+                    "replay",
+                    "--config",
+                    str(cfg),
+                    "--input",
+                    str(src),
+                    "--output",
+                    "-",
+                ],
+                f,
+            )
         decisions = out.read_bytes().splitlines()
         bootstrap, broker = own_broker(args.bootstrap, tmp, heap="768m")
         try:
@@ -108,26 +121,58 @@ def main() -> None:
             summary_path = tmp / "summary.json"
             with open(summary_path, "wb") as f:
                 audit_s, audit_rss, code = timed(
-                    [sys.executable, "-m", "streams.cli", "audit", "--bootstrap", bootstrap, "--topic-prefix", prefix,
-                     "--worker-config", str(cfg), "--grace", "5s", "--json"], f)
+                    [
+                        sys.executable,
+                        "-m",
+                        "streams.cli",
+                        "audit",
+                        "--bootstrap",
+                        bootstrap,
+                        "--topic-prefix",
+                        prefix,
+                        "--worker-config",
+                        str(cfg),
+                        "--grace",
+                        "5s",
+                        "--json",
+                    ],
+                    f,
+                )
             summary = json.loads(summary_path.read_text())
         finally:
             if broker is not None:
                 localkafka.stop(broker)
     n = args.events
-    print(json.dumps({
-        "benchmark": "audit",
-        "events": n,
-        "decisions": len(decisions),
-        "load_seconds": round(load_s, 1),
-        "replay": {"seconds": round(replay_s, 2), "events_per_s": round(n / replay_s), "peak_rss_mib": round(replay_rss)},
-        "audit": {"seconds": round(audit_s, 2), "events_per_s": round(n / audit_s), "peak_rss_mib": round(audit_rss),
-                  "exit": code, "inner_events_per_s": summary["events_per_s"],
-                  "matched": summary["matched"], "mismatched": summary["mismatched"], "missing": summary["missing"],
-                  "unexpected": summary["unexpected"], "conflicting": summary["conflicting"]},
-        "audit_vs_replay": round(replay_s / audit_s, 3),
-        "goal": 0.7,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "benchmark": "audit",
+                "events": n,
+                "decisions": len(decisions),
+                "load_seconds": round(load_s, 1),
+                "replay": {
+                    "seconds": round(replay_s, 2),
+                    "events_per_s": round(n / replay_s),
+                    "peak_rss_mib": round(replay_rss),
+                },
+                "audit": {
+                    "seconds": round(audit_s, 2),
+                    "events_per_s": round(n / audit_s),
+                    "peak_rss_mib": round(audit_rss),
+                    "exit": code,
+                    "inner_events_per_s": summary["events_per_s"],
+                    "matched": summary["matched"],
+                    "mismatched": summary["mismatched"],
+                    "missing": summary["missing"],
+                    "unexpected": summary["unexpected"],
+                    "conflicting": summary["conflicting"],
+                },
+                "audit_vs_replay": round(replay_s / audit_s, 3),
+                "goal": 0.7,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

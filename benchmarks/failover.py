@@ -6,10 +6,11 @@
 Without --bootstrap it starts its own local broker and stops it at the end. N workers
 share the events topic; a load generator in this process produces tool calls at --rate
 per second over many runs (every partition gets events all the time) and reads every
-decision back; a decision carries its event's `ts`, the wall-clock time it was sent. Each round: the workers are healthy and the load has run for 8 s, one
-worker (a different one each round) gets SIGKILL, the load goes on for 30 s, the worker
-is started again and the group settles. Per round it reports, for the dead worker's
-partitions, the seconds from the kill to the first decision of an event sent after the
+decision back; a decision carries its event's `ts`, the wall-clock time it was sent.
+Each round: the workers are healthy and the load has run for 8 s, one worker (a
+different one each round) gets SIGKILL, the load goes on for 30 s, the worker is started
+again and the group settles. Per round it reports, for the dead worker's partitions, the
+seconds from the kill to the first decision of an event sent after the
 kill, on each (their resume time;
 the max over them is the round's failover), and for the other partitions the longest
 gap between two decisions around the kill (Faust's rebalances are eager: every member
@@ -32,9 +33,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
 from benchmarks.kafka import end, own_broker, start_worker
+from streams import settings as settings_mod
 from streams.tools import localkafka
 from streams.tools.launch import health
-from streams import settings as settings_mod
 from streams.topics import create_topics
 
 
@@ -59,8 +60,15 @@ class Load:
                 run = self.runs[i % len(self.runs)]
                 seq = self.seq[run]
                 self.seq[run] = seq + 1
-                ev = {"type": "tool_call", "run_id": run, "seq": seq, "gateway_id": f"gw-{i % 8}",
-                      "tool_name": "read", "params": {"path": f"/f{seq}"}, "ts": int(time.time() * 1000)}
+                ev = {
+                    "type": "tool_call",
+                    "run_id": run,
+                    "seq": seq,
+                    "gateway_id": f"gw-{i % 8}",
+                    "tool_name": "read",
+                    "params": {"path": f"/f{seq}"},
+                    "ts": int(time.time() * 1000),
+                }
                 await p.send(self.s.events_topic, key=run.encode(), value=json.dumps(ev).encode())
                 i += 1
                 delay = t0 + i / self.rate - time.monotonic()
@@ -70,8 +78,12 @@ class Load:
             await p.stop()
 
     async def read(self) -> None:
-        c = AIOKafkaConsumer(self.s.decisions_topic, bootstrap_servers=self.bootstrap, auto_offset_reset="latest",
-                             enable_auto_commit=False)
+        c = AIOKafkaConsumer(
+            self.s.decisions_topic,
+            bootstrap_servers=self.bootstrap,
+            auto_offset_reset="latest",
+            enable_auto_commit=False,
+        )
         await c.start()
         try:
             while not self.stop:
@@ -85,14 +97,13 @@ class Load:
             await c.stop()
 
 
-def gaps(arrivals: list[tuple[float, int]], start: float, start_ms: int, stop: float
-         ) -> tuple[float | None, float]:
+def gaps(arrivals: list[tuple[float, int]], start: float, start_ms: int, stop: float) -> tuple[float | None, float]:
     """(seconds from `start` to the first decision of an event sent after it; the longest
     gap between two decisions arriving in the window)."""
     xs = [t for t, _ in arrivals if start - 1 <= t <= stop]
     after = [t for t, ts in arrivals if ts > start_ms and t <= stop]
     first = after[0] - start if after else None
-    longest = max((b - a for a, b in zip(xs, xs[1:])), default=stop - start)
+    longest = max((b - a for a, b in zip(xs, xs[1:], strict=False)), default=stop - start)
     return first, longest
 
 
@@ -134,12 +145,15 @@ async def run(args) -> dict:
                 else:
                     others[p] = round(longest, 2)
             resumed = [x for x in dead.values() if x is not None]
-            rounds.append({
-                "killed": f"w{victim}", "dead_partitions": owned,
-                "resume_s": dead,
-                "failover_s": max(resumed) if resumed and len(resumed) == len(dead) else None,
-                "others_longest_gap_s": max(others.values(), default=None),
-            })
+            rounds.append(
+                {
+                    "killed": f"w{victim}",
+                    "dead_partitions": owned,
+                    "resume_s": dead,
+                    "failover_s": max(resumed) if resumed and len(resumed) == len(dead) else None,
+                    "others_longest_gap_s": max(others.values(), default=None),
+                }
+            )
             print(json.dumps(rounds[-1]), flush=True)
             procs[victim] = await loop.run_in_executor(None, start_worker, bootstrap, prefix, tmp, f"w{victim}", extra)
         load.stop = True
@@ -153,11 +167,16 @@ async def run(args) -> dict:
     ok = [x for x in fo if x is not None]
     others = [r["others_longest_gap_s"] for r in rounds if r["others_longest_gap_s"] is not None]
     return {
-        "benchmark": "failover", "workers": args.workers, "partitions": args.partitions, "rate_per_s": args.rate,
+        "benchmark": "failover",
+        "workers": args.workers,
+        "partitions": args.partitions,
+        "rate_per_s": args.rate,
         "session_timeout_s": args.session_timeout_s or settings_mod.Settings().session_timeout_s,
-        "standby_replicas": args.standby_replicas if args.standby_replicas is not None
+        "standby_replicas": args.standby_replicas
+        if args.standby_replicas is not None
         else settings_mod.Settings().standby_replicas,
-        "kills": len(rounds), "failover_s_median": round(median(ok), 2) if ok else None,
+        "kills": len(rounds),
+        "failover_s_median": round(median(ok), 2) if ok else None,
         "failover_s_max": max(ok) if len(ok) == len(fo) and ok else None,
         "others_longest_gap_s_median": round(median(others), 2) if others else None,
         "others_longest_gap_s_max": max(others) if others else None,

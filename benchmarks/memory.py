@@ -39,6 +39,7 @@ def typical_states(n: int) -> dict:
                 if ev["type"] == "run_end":
                     break  # keep the state the run had before it ended
                 yield ev
+
     return final_states(events())
 
 
@@ -47,8 +48,16 @@ def worst_states(n: int) -> dict:
         for i in range(n):
             run = f"worst-{i:05d}"
             for seq in range(3600):  # 300 signatures, each called 12 times in a row: every bound is reached
-                yield {"type": "tool_call", "run_id": run, "seq": seq, "gateway_id": "gw-01", "tool_name": "read",
-                       "tool_call_id": f"{run}-{seq}", "params": {"path": f"/p/{seq // 12}"}}
+                yield {
+                    "type": "tool_call",
+                    "run_id": run,
+                    "seq": seq,
+                    "gateway_id": "gw-01",
+                    "tool_name": "read",
+                    "tool_call_id": f"{run}-{seq}",
+                    "params": {"path": f"/p/{seq // 12}"},
+                }
+
     return final_states(events())
 
 
@@ -80,11 +89,16 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=100_000)
     ap.add_argument("--worst-runs", type=int, default=300)
     args = ap.parse_args()
-    print(json.dumps({
-        "benchmark": "memory",
-        "typical": measure(typical_states, args.runs),
-        "worst_case": measure(worst_states, args.worst_runs),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "benchmark": "memory",
+                "typical": measure(typical_states, args.runs),
+                "worst_case": measure(worst_states, args.worst_runs),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

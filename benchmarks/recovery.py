@@ -66,12 +66,22 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from benchmarks.kafka import (ROOT, CONFIG, cpu_seconds, end, preload, publish, spawn, start_worker, wait_for_count,
-                              worker_flags)
+from benchmarks.kafka import (
+    CONFIG,
+    ROOT,
+    cpu_seconds,
+    end,
+    preload,
+    publish,
+    spawn,
+    start_worker,
+    wait_for_count,
+    worker_flags,
+)
 from benchmarks.trace import LOOP_KINDS, _run_events
-from streams.tools import launch, localkafka
 from streams import settings as settings_mod
 from streams.client import partition_for
+from streams.tools import launch, localkafka
 from streams.topics import create_topics
 from streams.worker.producer import OutRecord
 
@@ -79,10 +89,12 @@ BROKER_HEAP = "768m"
 PROBE_RUN = "run-000000"
 PROBE_GATEWAY = "gw-00"  # the gateway of run 0 (runs are spread over 16 gateways)
 PROBE_SEQ = 1_000_000  # above every seq the load gives a run
-ROCKSDB_NOTE = ("measured with a throw-away Faust app holding the worker's table over the same changelog; the "
-                "worker itself cannot use rocksdb:// as it is: its pipeline keeps RunState objects in the store "
-                "and writes them outside any Faust event, while a RocksDB store holds bytes and takes each "
-                "key's partition from the current event")
+ROCKSDB_NOTE = (
+    "measured with a throw-away Faust app holding the worker's table over the same changelog; the "
+    "worker itself cannot use rocksdb:// as it is: its pipeline keeps RunState objects in the store "
+    "and writes them outside any Faust event, while a RocksDB store holds bytes and takes each "
+    "key's partition from the current event"
+)
 
 
 async def stoppable(coro):
@@ -143,8 +155,11 @@ def make_events(runs: int, lo: int, hi: int, seed: int = 11) -> tuple[list[bytes
     per_run = []
     for i in range(runs):
         loop = rng.choice(LOOP_KINDS) if rng.random() < 0.2 else None
-        evs = [privacy_form(ev) for ev in _run_events(rng, f"run-{i:06d}", f"gw-{i % 16:02d}",
-                                                       rng.randint(lo, hi), loop) if ev["type"] != "run_end"]
+        evs = [
+            privacy_form(ev)
+            for ev in _run_events(rng, f"run-{i:06d}", f"gw-{i % 16:02d}", rng.randint(lo, hi), loop)
+            if ev["type"] != "run_end"
+        ]
         per_run.append(evs)
     lines = []
     for k in range(2 * hi):
@@ -152,14 +167,20 @@ def make_events(runs: int, lo: int, hi: int, seed: int = 11) -> tuple[list[bytes
     return lines, sum(len(evs) for evs in per_run) // 2
 
 
-async def read_changelog(bootstrap: str, topic: str, partitions: int,
-                         latest: dict[bytes, tuple[int, bytes | None]] | None = None) -> dict:
+async def read_changelog(
+    bootstrap: str, topic: str, partitions: int, latest: dict[bytes, tuple[int, bytes | None]] | None = None
+) -> dict:
     """Every record of the changelog, read with a bare consumer: records, bytes, the keys
     with a live (non-tombstone) last value, and how long the read took (the floor under
     any recovery: the same records without Faust). `latest`, if given, gets each key's
     last (partition, value): the changelog as compaction would leave it."""
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
-                         max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20)
+    c = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=8 << 20,
+        fetch_max_bytes=64 << 20,
+    )
     await c.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -182,14 +203,26 @@ async def read_changelog(bootstrap: str, topic: str, partitions: int,
                         latest[m.key] = (m.partition, m.value)
                 if msgs and msgs[-1].offset + 1 >= ends[tp]:
                     todo.discard(tp)
-        return {"records": n, "expected_records": want, "value_mb": round(size / 1e6, 1),
-                "live_keys": sum(last.values()), "read_s": round(time.monotonic() - t0, 2)}
+        return {
+            "records": n,
+            "expected_records": want,
+            "value_mb": round(size / 1e6, 1),
+            "live_keys": sum(last.values()),
+            "read_s": round(time.monotonic() - t0, 2),
+        }
     finally:
         await c.stop()
 
 
-async def first_decision(bootstrap: str, s: settings_mod.Settings, proc: subprocess.Popen, port: int,
-                         t0: float, probe: bytes, timeout: float = 600) -> dict:
+async def first_decision(
+    bootstrap: str,
+    s: settings_mod.Settings,
+    proc: subprocess.Popen,
+    port: int,
+    t0: float,
+    probe: bytes,
+    timeout: float = 600,
+) -> dict:
     """Produce the probe call now, then wait for /health ok and for its decision."""
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=50)
     await c.start()
@@ -238,29 +271,63 @@ async def first_decision(bootstrap: str, s: settings_mod.Settings, proc: subproc
 
 def probe_event() -> bytes:
     """A new tool_call of run 0, seq and ts above everything the load gave it."""
-    return privacy_form({"type": "tool_call", "run_id": PROBE_RUN, "seq": PROBE_SEQ, "gateway_id": PROBE_GATEWAY,
-                         "ts": 1767225600000 + PROBE_SEQ, "tool_call_id": f"{PROBE_RUN}-probe", "tool_name": "read",
-                         "params": {"path": "/workspace/after-restart.md"}})
+    return privacy_form(
+        {
+            "type": "tool_call",
+            "run_id": PROBE_RUN,
+            "seq": PROBE_SEQ,
+            "gateway_id": PROBE_GATEWAY,
+            "ts": 1767225600000 + PROBE_SEQ,
+            "tool_call_id": f"{PROBE_RUN}-probe",
+            "tool_name": "read",
+            "params": {"path": "/workspace/after-restart.md"},
+        }
+    )
 
 
 # ---------------------------------------------------------------------------------------
 # The throw-away Faust app: the worker's table over the same changelog, any store.
+
 
 def table_probe(args) -> None:
     """Run as a child (`--table-probe STORE`): recover the table, print one JSON line."""
     import faust
 
     t_assigned: list[float] = []
-    app = faust.App(args.app_id, broker=f"kafka://{args.bootstrap}", store=args.table_probe, autodiscover=False,
-                    web_enabled=False, datadir=args.datadir, topic_partitions=args.partitions,
-                    consumer_auto_offset_reset="earliest")
+    app = faust.App(
+        args.app_id,
+        broker=f"kafka://{args.bootstrap}",
+        store=args.table_probe,
+        autodiscover=False,
+        web_enabled=False,
+        datadir=args.datadir,
+        topic_partitions=args.partitions,
+        consumer_auto_offset_reset="earliest",
+    )
     # As the worker's table (streams/worker/app.py) and the topic Faust would make for it, under
     # the worker's changelog name.
-    changelog = app.topic(args.changelog, key_type=bytes, value_type=bytes, key_serializer="raw",
-                          value_serializer="raw", partitions=args.partitions, compacting=True, acks=False,
-                          internal=True, maxsize=131_072, allow_empty=True)
-    table = app.Table("runs", default=None, key_type=bytes, value_type=bytes, partitions=args.partitions,
-                      use_partitioner=True, changelog_topic=changelog)
+    changelog = app.topic(
+        args.changelog,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=args.partitions,
+        compacting=True,
+        acks=False,
+        internal=True,
+        maxsize=131_072,
+        allow_empty=True,
+    )
+    table = app.Table(
+        "runs",
+        default=None,
+        key_type=bytes,
+        value_type=bytes,
+        partitions=args.partitions,
+        use_partitioner=True,
+        changelog_topic=changelog,
+    )
 
     @app.on_partitions_assigned.connect
     async def assigned(sender, assigned, **kwargs) -> None:
@@ -273,8 +340,17 @@ def table_probe(args) -> None:
             return
         t = time.time()
         keys = len(table)
-        print(json.dumps({"recovered_at": t, "assigned_at": t_assigned[0] if t_assigned else None, "keys": keys,
-                          "rss_mb": rss_mb(os.getpid())}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "recovered_at": t,
+                    "assigned_at": t_assigned[0] if t_assigned else None,
+                    "keys": keys,
+                    "rss_mb": rss_mb(os.getpid()),
+                }
+            ),
+            flush=True,
+        )
         await asyncio.sleep(3600)  # the parent stops this process
 
     worker = faust.Worker(app, loglevel="warning", quiet=True, redirect_stdouts=False)
@@ -282,27 +358,56 @@ def table_probe(args) -> None:
     worker.execute_from_commandline()
 
 
-async def run_probe(store: str, bootstrap: str, changelog: str, partitions: int, app_id: str, datadir: Path,
-                    log: Path, timeout: float = 900) -> dict:
+async def run_probe(
+    store: str,
+    bootstrap: str,
+    changelog: str,
+    partitions: int,
+    app_id: str,
+    datadir: Path,
+    log: Path,
+    timeout: float = 900,
+) -> dict:
     t0 = time.time()
-    proc = spawn([sys.executable, "-m", "benchmarks.recovery", "--table-probe", store, "--bootstrap", bootstrap,
-                  "--changelog", changelog, "--partitions", str(partitions), "--app-id", app_id,
-                  "--datadir", str(datadir)], log)
+    proc = spawn(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.recovery",
+            "--table-probe",
+            store,
+            "--bootstrap",
+            bootstrap,
+            "--changelog",
+            changelog,
+            "--partitions",
+            str(partitions),
+            "--app-id",
+            app_id,
+            "--datadir",
+            str(datadir),
+        ],
+        log,
+    )
     try:
         loop = asyncio.get_running_loop()
         line = await asyncio.wait_for(loop.run_in_executor(None, proc.stdout.readline), timeout)
         if not line.strip():
             raise RuntimeError(f"the {store} table probe did not recover; see {log}")
         r = json.loads(line)
-        return {"recovery_s": round(r["recovered_at"] - t0, 2),
-                "assigned_to_recovered_s": round(r["recovered_at"] - r["assigned_at"], 2) if r["assigned_at"] else None,
-                "keys": r["keys"], "rss_mb": r["rss_mb"]}
+        return {
+            "recovery_s": round(r["recovered_at"] - t0, 2),
+            "assigned_to_recovered_s": round(r["recovered_at"] - r["assigned_at"], 2) if r["assigned_at"] else None,
+            "keys": r["keys"],
+            "rss_mb": r["rss_mb"],
+        }
     finally:
         end(proc)
 
 
-async def compacted_part(bootstrap: str, s: settings_mod.Settings, tmp: Path,
-                         latest: dict[bytes, tuple[int, bytes | None]]) -> dict:
+async def compacted_part(
+    bootstrap: str, s: settings_mod.Settings, tmp: Path, latest: dict[bytes, tuple[int, bytes | None]]
+) -> dict:
     """The memory:// table recovering the changelog as compaction would leave it: one
     record per live run, each in its partition, in a topic of its own."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -316,8 +421,15 @@ async def compacted_part(bootstrap: str, s: settings_mod.Settings, tmp: Path,
         await admin.close()
     records = [OutRecord(topic, k, v, None, part) for k, (part, v) in latest.items() if v is not None]
     await publish(bootstrap, records)
-    r = await run_probe("memory://", bootstrap, topic, s.partitions, f"{s.topic_prefix}probe-compacted",
-                        tmp / "probe-compacted", tmp / "probe-compacted.log")
+    r = await run_probe(
+        "memory://",
+        bootstrap,
+        topic,
+        s.partitions,
+        f"{s.topic_prefix}probe-compacted",
+        tmp / "probe-compacted",
+        tmp / "probe-compacted.log",
+    )
     r["changelog_records"] = len(records)
     return r
 
@@ -332,19 +444,30 @@ async def rocksdb_part(bootstrap: str, s: settings_mod.Settings, tmp: Path, live
         out["rocksdb_driver"] = f"rocksdict {version('rocksdict')}"
     except ImportError:
         out["rocksdb_recovery_s_cold"] = out["rocksdb_recovery_s_warm"] = None
-        out["rocksdb_not_measured"] = ("faust-streaming's rocksdb:// store needs the rocksdict (or python-rocksdb) "
-                                       "package, which is not installed in this environment: "
-                                       "pip install rocksdict")
-    mem = await run_probe("memory://", bootstrap, s.changelog_topic, s.partitions, f"{s.topic_prefix}probe-memory",
-                          tmp / "probe-memory", tmp / "probe-memory.log")
+        out["rocksdb_not_measured"] = (
+            "faust-streaming's rocksdb:// store needs the rocksdict (or python-rocksdb) "
+            "package, which is not installed in this environment: "
+            "pip install rocksdict"
+        )
+    mem = await run_probe(
+        "memory://",
+        bootstrap,
+        s.changelog_topic,
+        s.partitions,
+        f"{s.topic_prefix}probe-memory",
+        tmp / "probe-memory",
+        tmp / "probe-memory.log",
+    )
     out["memory_store_recovery_s"] = mem["recovery_s"]
     out["memory_store"] = mem
     if "rocksdb_not_measured" not in out:
         app_id, datadir = f"{s.topic_prefix}probe-rocksdb", tmp / "probe-rocksdb"
-        cold = await run_probe("rocksdb://", bootstrap, s.changelog_topic, s.partitions, app_id, datadir,
-                               tmp / "probe-rocksdb-cold.log")
-        warm = await run_probe("rocksdb://", bootstrap, s.changelog_topic, s.partitions, app_id, datadir,
-                               tmp / "probe-rocksdb-warm.log")
+        cold = await run_probe(
+            "rocksdb://", bootstrap, s.changelog_topic, s.partitions, app_id, datadir, tmp / "probe-rocksdb-cold.log"
+        )
+        warm = await run_probe(
+            "rocksdb://", bootstrap, s.changelog_topic, s.partitions, app_id, datadir, tmp / "probe-rocksdb-warm.log"
+        )
         cold["disk_mb"] = round(sum(f.stat().st_size for f in datadir.rglob("*") if f.is_file()) / 1e6, 1)
         out["rocksdb_recovery_s_cold"] = cold["recovery_s"]
         out["rocksdb_recovery_s_warm"] = warm["recovery_s"]
@@ -372,8 +495,7 @@ async def main_async(args) -> dict:
             broker = localkafka.start(tmp / "kafka", heap=BROKER_HEAP, full_jit=True, fresh=True)
             bootstrap = broker.bootstrap
         prefix = f"rec-{uuid.uuid4().hex[:6]}."
-        s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": args.partitions},
-                               env={})
+        s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": args.partitions}, env={})
         await create_topics(s)
         extra = ["--partitions", str(args.partitions)]
         if args.flush_interval_ms is not None:
@@ -396,11 +518,17 @@ async def main_async(args) -> dict:
         load_cpu = cpu_seconds(load.pid) - cpu0
         await asyncio.sleep(2 * (args.flush_interval_ms or settings_mod.Settings().flush_interval_ms) / 1000 + 5.5)
         m = metrics(load_port)  # the gauge of active runs is updated every 5 s
-        loaded = {"events": len(lines), "tool_calls": calls, "load_s": round(load_s, 1),
-                  "events_per_s": round(len(lines) / load_s), "worker_cores": round(load_cpu / load_s, 2),
-                  "worker_rss_mb": rss_mb(load.pid), "worker_active_runs": m.get("loopwarden_active_runs"),
-                  "state_records_written": m.get("loopwarden_state_records_total"),
-                  "generate_s": round(gen_s, 1)}
+        loaded = {
+            "events": len(lines),
+            "tool_calls": calls,
+            "load_s": round(load_s, 1),
+            "events_per_s": round(len(lines) / load_s),
+            "worker_cores": round(load_cpu / load_s, 2),
+            "worker_rss_mb": rss_mb(load.pid),
+            "worker_active_runs": m.get("loopwarden_active_runs"),
+            "state_records_written": m.get("loopwarden_state_records_total"),
+            "generate_s": round(gen_s, 1),
+        }
         t = time.monotonic()
         end(load)
         loaded["sigterm_exit_s"] = round(time.monotonic() - t, 1)
@@ -412,8 +540,9 @@ async def main_async(args) -> dict:
             raise RuntimeError(f"the changelog holds {changelog['live_keys']} live runs, not {args.runs}")
 
         # 2. A fresh worker recovers them.
-        fresh_worker = launch.Worker(worker_flags(bootstrap, prefix, tmp, "fresh", extra), tmp / "worker-fresh.log",
-                                     cwd=ROOT)
+        fresh_worker = launch.Worker(
+            worker_flags(bootstrap, prefix, tmp, "fresh", extra), tmp / "worker-fresh.log", cwd=ROOT
+        )
         port = fresh_worker.port
         t0 = time.monotonic()
         fresh = fresh_worker.start(wait=False).proc
@@ -424,26 +553,34 @@ async def main_async(args) -> dict:
         await asyncio.sleep(5.5)  # one more update of the active-runs gauge
         m = metrics(port)
         result_worker = {
-            "recovery_s": rec["recovery_s"], "first_decision_s": rec["first_decision_s"],
-            "rss_mb": rss_mb(fresh.pid), "rss_mb_at_first_decision": rss_at_first_decision,
+            "recovery_s": rec["recovery_s"],
+            "first_decision_s": rec["first_decision_s"],
+            "rss_mb": rss_mb(fresh.pid),
+            "rss_mb_at_first_decision": rss_at_first_decision,
             "active_runs_after_recovery": m.get("loopwarden_active_runs"),
             "empty_start_s": round(empty_start_s, 2),
             "fresh_worker_cpu_s": round(cpu_seconds(fresh.pid), 1),
-            "probe_produced_s": rec["probe_produced_s"], "probe_decision": rec["probe_decision"],
+            "probe_produced_s": rec["probe_produced_s"],
+            "probe_decision": rec["probe_decision"],
             "health_states": rec["health_states"],
         }
         end(fresh)
 
         # 3. The same changelog into a throw-away table: memory:// and rocksdb://.
-        stores = await rocksdb_part(bootstrap, s, tmp, changelog["live_keys"]) if not args.no_rocksdb else {
-            "rocksdb_not_measured": "skipped (--no-rocksdb)"}
+        stores = (
+            await rocksdb_part(bootstrap, s, tmp, changelog["live_keys"])
+            if not args.no_rocksdb
+            else {"rocksdb_not_measured": "skipped (--no-rocksdb)"}
+        )
         # 4. Optionally: the same, had Kafka compacted the changelog.
         if latest is not None:
             stores["memory_store_compacted"] = await compacted_part(bootstrap, s, tmp, latest)
             stores["memory_store_recovery_s_compacted"] = stores["memory_store_compacted"]["recovery_s"]
             latest = None
         n = changelog["records"]
-        result_worker["records_per_s"] = round(n / max(0.01, rec["recovery_s"] - empty_start_s))  # beyond an empty start
+        result_worker["records_per_s"] = round(
+            n / max(0.01, rec["recovery_s"] - empty_start_s)
+        )  # beyond an empty start
         for name in ("memory_store", "rocksdb_cold", "memory_store_compacted"):
             r = stores.get(name)
             if r and r.get("assigned_to_recovered_s"):
@@ -472,10 +609,12 @@ async def main_async(args) -> dict:
         "table_probes": stores,
         "settings": {
             "broker": "external" if args.bootstrap else f"local, fresh, heap {BROKER_HEAP}, full JIT",
-            "partitions": args.partitions, "calls_per_run": args.calls,
+            "partitions": args.partitions,
+            "calls_per_run": args.calls,
             "flush_interval_ms": args.flush_interval_ms or settings_mod.Settings().flush_interval_ms,
             "worker": "streams.cli worker, defaults otherwise (memory:// store)",
-            "machine_cores": os.cpu_count(), "tmp": str(tmp) if args.keep else None,
+            "machine_cores": os.cpu_count(),
+            "tmp": str(tmp) if args.keep else None,
         },
     }
 
@@ -488,9 +627,12 @@ def main() -> None:
     ap.add_argument("--flush-interval-ms", type=float, help="passed to the workers (default: the worker's, 1000)")
     ap.add_argument("--partitions", type=int, default=8, help="partitions of the topics (default 8)")
     ap.add_argument("--no-rocksdb", action="store_true", help="skip the throw-away table probes")
-    ap.add_argument("--compacted", action="store_true",
-                    help="also recover (memory://) a copy of the changelog as compaction would leave it, one record "
-                    "per run (about a quarter more time)")
+    ap.add_argument(
+        "--compacted",
+        action="store_true",
+        help="also recover (memory://) a copy of the changelog as compaction would leave it, one record "
+        "per run (about a quarter more time)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs, broker data)")
     # The throw-away table app (run as a child by this benchmark).
     ap.add_argument("--table-probe", help=argparse.SUPPRESS)

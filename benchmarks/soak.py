@@ -50,9 +50,9 @@ from statistics import median
 from benchmarks.kafka import cpu_seconds, end, start_worker
 from benchmarks.recovery import metrics, rss_mb, stoppable
 from benchmarks.trace import LOOP_KINDS, _run_events
-from streams.tools import localkafka
 from streams import settings as settings_mod
 from streams.client import GatewayClient
+from streams.tools import localkafka
 from streams.topics import create_topics
 
 BROKER_HEAP = "512m"
@@ -110,8 +110,9 @@ async def gateway(client: GatewayClient, pacer: Pacer, stats: Stats, args, stop:
             await asyncio.sleep(1)
 
 
-async def one_run(client: GatewayClient, pacer: Pacer, stats: Stats, args, stop: asyncio.Event,
-                  rng: random.Random, run: str) -> None:
+async def one_run(
+    client: GatewayClient, pacer: Pacer, stats: Stats, args, stop: asyncio.Event, rng: random.Random, run: str
+) -> None:
     loop = rng.choice(LOOP_KINDS) if rng.random() < args.loop_share else None
     abandon = rng.random() < args.abandon_share
     stats.runs_started += 1
@@ -186,8 +187,14 @@ async def main_async(args) -> dict:
         s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
         await create_topics(s)
         cfg = tmp / "soak-config.json"
-        cfg.write_text(json.dumps({"tools": {"loopDetection": {"enabled": True}},
-                                   "loopwarden": {"runIdleTimeoutMs": args.idle_timeout_ms}}))
+        cfg.write_text(
+            json.dumps(
+                {
+                    "tools": {"loopDetection": {"enabled": True}},
+                    "loopwarden": {"runIdleTimeoutMs": args.idle_timeout_ms},
+                }
+            )
+        )
         # start_worker passes its own --config first; argparse keeps the last one given.
         extra = ["--config", str(cfg), "--state-sweep-interval-s", str(args.sweep_interval_s)]
         loop = asyncio.get_running_loop()
@@ -204,7 +211,7 @@ async def main_async(args) -> dict:
             pids["broker"] = broker.pid
         cpu0 = {k: cpu_seconds(pid) for k, pid in pids.items()}
         t0 = time.monotonic()
-        for g, (c, p) in enumerate(zip(clients, pacers)):
+        for g, (c, p) in enumerate(zip(clients, pacers, strict=True)):
             for k in range(args.runs_per_gateway):
                 seed = g * 100_000 + k + args.seed * 10_000_000
                 tasks.append(asyncio.create_task(gateway(c, p, stats, args, stop, seed)))
@@ -228,7 +235,8 @@ async def main_async(args) -> dict:
                 "active_runs": m.get("loopwarden_active_runs"),
                 "evicted": m.get("loopwarden_runs_evicted_total"),
                 "checks_per_s": round((stats.checks - last_checks) / (now - last_t), 1),
-                "p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99),
+                "p50_ms": pct(lat, 0.5),
+                "p99_ms": pct(lat, 0.99),
             }
             series.append(row)
             last_checks, last_t = stats.checks, now
@@ -268,36 +276,59 @@ async def main_async(args) -> dict:
     return {
         "benchmark": "soak",
         "minutes": args.minutes,
-        "warmup": {"minutes": round(warmup_s / 60, 2),
-                   "rule": "--warmup-minutes" if args.warmup_minutes is not None
-                   else "default: min(5 minutes, 1/6 of the run)"},
+        "warmup": {
+            "minutes": round(warmup_s / 60, 2),
+            "rule": "--warmup-minutes"
+            if args.warmup_minutes is not None
+            else "default: min(5 minutes, 1/6 of the run)",
+        },
         "rss_mb_start": series[0]["rss_mb"] if series else None,
         "rss_mb_warmup_end": rss_warm,
         "rss_mb_end": rss_end,
         "growth_after_warmup_pct": growth,
         "max_growth_after_warmup_pct": round((peak - rss_warm) / rss_warm * 100, 2) if peak and rss_warm else None,
         "rss_slope_after_warmup_mb_per_hour": slope_mb_per_hour([(r["minute"] * 60, r["rss_mb"]) for r in after]),
-        "flat_within_5pct": growth is not None and abs(growth) <= 5 and peak is not None
+        "flat_within_5pct": growth is not None
+        and abs(growth) <= 5
+        and peak is not None
         and (peak - rss_warm) / rss_warm * 100 <= 5,
         "checks_per_s": round(stats.checks / wall, 1),
         "target_checks_per_s": args.rate,
-        "checks": stats.checks, "results": stats.results,
-        "runs_started": stats.runs_started, "runs_ended": stats.runs_ended,
+        "checks": stats.checks,
+        "results": stats.results,
+        "runs_started": stats.runs_started,
+        "runs_ended": stats.runs_ended,
         "runs_abandoned": stats.runs_abandoned,
-        "actions": stats.actions, "degraded": stats.degraded, "degraded_by_client": degraded_by_client,
+        "actions": stats.actions,
+        "degraded": stats.degraded,
+        "degraded_by_client": degraded_by_client,
         "slots_dropped": sum(p.dropped for p in pacers),
         "errors": stats.errors,
-        "median_p99_ms": round(median(p99s), 1) if (p99s := [r["p99_ms"] for r in series if r["p99_ms"] is not None]) else None,
-        "final_metrics": {k: final.get(k) for k in ("loopwarden_active_runs", "loopwarden_runs_evicted_total",
-                                                     "loopwarden_events_total", "loopwarden_state_records_total")},
+        "median_p99_ms": round(median(p99s), 1)
+        if (p99s := [r["p99_ms"] for r in series if r["p99_ms"] is not None])
+        else None,
+        "final_metrics": {
+            k: final.get(k)
+            for k in (
+                "loopwarden_active_runs",
+                "loopwarden_runs_evicted_total",
+                "loopwarden_events_total",
+                "loopwarden_state_records_total",
+            )
+        },
         "worker_alive_at_end": worker_alive,
         "cpu_cores": {**cpu, "machine_cores": os.cpu_count()},
         "settings": {
             "broker": "external" if args.bootstrap else f"local, fresh, heap {BROKER_HEAP}, full JIT",
-            "gateways": args.gateways, "runs_per_gateway": args.runs_per_gateway,
-            "calls_per_run": "5-40", "loop_share": args.loop_share, "abandon_share": args.abandon_share,
-            "runIdleTimeoutMs": args.idle_timeout_ms, "state_sweep_interval_s": args.sweep_interval_s,
-            "event_ts": "wall clock ms, set by GatewayClient", "sample_s": args.sample_s,
+            "gateways": args.gateways,
+            "runs_per_gateway": args.runs_per_gateway,
+            "calls_per_run": "5-40",
+            "loop_share": args.loop_share,
+            "abandon_share": args.abandon_share,
+            "runIdleTimeoutMs": args.idle_timeout_ms,
+            "state_sweep_interval_s": args.sweep_interval_s,
+            "event_ts": "wall clock ms, set by GatewayClient",
+            "sample_s": args.sample_s,
         },
         "series": series,
     }
@@ -312,12 +343,23 @@ def main() -> None:
     ap.add_argument("--runs-per-gateway", type=int, default=200, help="concurrent runs per gateway (default 200)")
     ap.add_argument("--abandon-share", type=float, default=0.05, help="runs that never send run_end (default 0.05)")
     ap.add_argument("--loop-share", type=float, default=0.2, help="runs that slide into a loop (default 0.2)")
-    ap.add_argument("--idle-timeout-ms", type=int, default=IDLE_TIMEOUT_MS,
-                    help="the worker's loopwarden.runIdleTimeoutMs (default 60000: evicted after 2 min idle)")
-    ap.add_argument("--sweep-interval-s", type=float, default=SWEEP_INTERVAL_S,
-                    help="the worker's --state-sweep-interval-s (default 10)")
-    ap.add_argument("--warmup-minutes", type=float,
-                    help="warm-up not judged (default: 5 minutes or 1/6 of the run, whichever is shorter)")
+    ap.add_argument(
+        "--idle-timeout-ms",
+        type=int,
+        default=IDLE_TIMEOUT_MS,
+        help="the worker's loopwarden.runIdleTimeoutMs (default 60000: evicted after 2 min idle)",
+    )
+    ap.add_argument(
+        "--sweep-interval-s",
+        type=float,
+        default=SWEEP_INTERVAL_S,
+        help="the worker's --state-sweep-interval-s (default 10)",
+    )
+    ap.add_argument(
+        "--warmup-minutes",
+        type=float,
+        help="warm-up not judged (default: 5 minutes or 1/6 of the run, whichever is shorter)",
+    )
     ap.add_argument("--sample-s", type=float, default=10.0, help="seconds between samples (default 10)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (worker log, broker data)")

@@ -24,16 +24,34 @@ def _run_events(rng: random.Random, run: str, gw: str, length: int, loop: str | 
         stuck = loop is not None and i >= length // 3
         step = (loops.LOOPS[loop] if stuck else loops.NORMAL).step(i, rng)
         call_id = f"{run}-c{i}"
-        yield {"type": "tool_call", "run_id": run, "seq": seq, "gateway_id": gw, "agent_id": None,
-               "ts": 1767225600000 + seq, "tool_call_id": call_id, "tool_name": step.tool, "params": step.params}
+        yield {
+            "type": "tool_call",
+            "run_id": run,
+            "seq": seq,
+            "gateway_id": gw,
+            "agent_id": None,
+            "ts": 1767225600000 + seq,
+            "tool_call_id": call_id,
+            "tool_name": step.tool,
+            "params": step.params,
+        }
         seq += 1
-        res = {"type": "tool_result", "run_id": run, "seq": seq, "gateway_id": gw, "ts": 1767225600000 + seq,
-               "tool_call_id": call_id, "tool_name": step.tool, "params": step.params}
+        res = {
+            "type": "tool_result",
+            "run_id": run,
+            "seq": seq,
+            "gateway_id": gw,
+            "ts": 1767225600000 + seq,
+            "tool_call_id": call_id,
+            "tool_name": step.tool,
+            "params": step.params,
+        }
         if step.text is None:
             res["error"] = step.error
         else:
-            res["result"] = loops.result(step.text, {"bytes": len(step.text), "durationMs": rng.randrange(1, 900),
-                                                     "cached": False})
+            res["result"] = loops.result(
+                step.text, {"bytes": len(step.text), "durationMs": rng.randrange(1, 900), "cached": False}
+            )
         yield res
         seq += 1
     yield {"type": "run_end", "run_id": run, "seq": seq, "gateway_id": gw}

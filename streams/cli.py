@@ -43,9 +43,9 @@ class ExitCode(enum.IntEnum):
 
 
 EPILOG = """exit codes: 0 done; 1 error (named on stderr); 2 wrong command line, or simulate
-found a missed loop or a flagged normal run, or audit found decisions that differ; 3 replay skipped malformed lines; 130/143
-stopped by SIGINT/SIGTERM before done (a worker: only when its graceful stop had to be
-cut short)."""
+found a missed loop or a flagged normal run, or audit found decisions that differ; 3
+replay skipped malformed lines; 130/143 stopped by SIGINT/SIGTERM before done (a worker:
+only when its graceful stop had to be cut short)."""
 
 
 WORKER_PACKAGES = ("faust", "mode", "prometheus_client", "rich")
@@ -59,8 +59,10 @@ def _needs_worker_extra(command: str):
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in WORKER_PACKAGES:
             raise
-        raise LoopwardenError(f"`loopwarden {command}` needs the worker extra ({exc.name} is not installed): "
-                              "pip install 'loopwarden[worker]'") from None
+        raise LoopwardenError(
+            f"`loopwarden {command}` needs the worker extra ({exc.name} is not installed): "
+            "pip install 'loopwarden[worker]'"
+        ) from None
 
 
 # `--from -10m`: a relative time is a value, not an option (argparse takes only plain
@@ -81,6 +83,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     config = _read_config(args.config)
     with contextlib.ExitStack() as files:
+
         def open_file(path: str | None, mode: str, std, what: str):
             if path is None:
                 return None
@@ -141,17 +144,21 @@ def cmd_config(args: argparse.Namespace) -> int:
             text = Path(args.file).read_bytes()
         except OSError as exc:
             raise LoopwardenError(f"cannot read config {args.file}: {exc.strerror}") from None
-        cid = asyncio.run(publish_config(s, text, args.file,
-                                         warn=lambda w: print(f"warning: {args.file}: {w}", file=sys.stderr)))
+        cid = asyncio.run(
+            publish_config(s, text, args.file, warn=lambda w: print(f"warning: {args.file}: {w}", file=sys.stderr))
+        )
         print(cid)
         return ExitCode.OK
     history = asyncio.run(read_configs(s))
     if history.current is None:
-        raise LoopwardenError(f"no config has been published on {s.config_topic} "
-                              "(workers there decide under the built-in defaults): loopwarden config publish FILE")
+        raise LoopwardenError(
+            f"no config has been published on {s.config_topic} "
+            "(workers there decide under the built-in defaults): loopwarden config publish FILE"
+        )
     if history.current not in history.configs:
-        raise LoopwardenError(f"the current config {history.current} is not on {s.config_topic} "
-                              "(unreadable or removed)")
+        raise LoopwardenError(
+            f"the current config {history.current} is not on {s.config_topic} (unreadable or removed)"
+        )
     raw = history.configs[history.current][0]
     source = history.sources.get(history.current, "")
     text = raw.decode("utf-8")  # published configs were checked to be UTF-8
@@ -236,11 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="fold a JSONL file of events offline and write the decisions (no Kafka)",
         description="Replay events (one JSON object a line) through the detection engine and write "
         "one decision per line, in the order produced. Malformed lines are named on stderr "
-        "(line number and reason) and skipped; the exit code is 3 when any were (see `loopwarden --help` for every exit code).",
+        "(line number and reason) and skipped; the exit code is 3 when any were (see `loopwarden --help` for "
+        "every exit code).",
     )
     r.add_argument("--config", metavar="FILE", help="detection config, JSON or JSON5 (default: built-in defaults)")
     r.add_argument("--input", "-i", default="-", metavar="EVENTS.jsonl", help="events to replay; - for stdin (default)")
-    r.add_argument("--output", "-o", default="-", metavar="DECISIONS.jsonl", help="where decisions go; - for stdout (default)")
+    r.add_argument(
+        "--output", "-o", default="-", metavar="DECISIONS.jsonl", help="where decisions go; - for stdout (default)"
+    )
     r.add_argument("--dead-letter", metavar="FILE", help="also write each rejected line here, as JSONL with its error")
     r.add_argument("--stats", action="store_true", help="print counts by action and detector on stderr at the end")
     r.add_argument("--json", action="store_true", help="with --stats: print them as one compact JSON line")
@@ -249,9 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.set_defaults(func=cmd_replay)
 
-    w = sub.add_parser("worker", help="run a stream worker (Faust) that decides every event on Kafka",
-                       description="Consume the events topic, keep each run's state in a changelog-backed "
-                       "table, publish decisions keyed by gateway_id. Metrics at /metrics, health at /health.")
+    w = sub.add_parser(
+        "worker",
+        help="run a stream worker (Faust) that decides every event on Kafka",
+        description="Consume the events topic, keep each run's state in a changelog-backed "
+        "table, publish decisions keyed by gateway_id. Metrics at /metrics, health at /health.",
+    )
     _worker_flags(w)
     w.add_argument("--config", help="detection config file, JSON or JSON5")
     w.add_argument("--web-port", type=int, help="port of /metrics and /health (default 6066)")
@@ -259,30 +272,51 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--data-dir", help="Faust's working folder (default .loopwarden-data)")
     w.add_argument("--max-event-bytes", type=int, help="larger events go to the dead-letter topic (default 1 MiB)")
     w.add_argument("--batch-max", type=int, help="most events folded in one batch (default 500)")
-    w.add_argument("--batch-linger-ms", type=float,
-                   help="while the worker is behind (at least --batch-max events waiting), wait up to this "
-                        "long for a full batch (default 10; 0: never). Caught up, an event is folded at once")
-    w.add_argument("--flush-interval-ms", type=float,
-                   help="how often touched run states are written to the changelog and the input is "
-                        "acknowledged (default 1000; 0: whenever something is pending, checked every 50 ms). "
-                        "A crashed worker's successor replays the input since the last commit (at most about "
-                        "this plus Faust's 2.8 s commit interval), which the engine answers as before")
-    w.add_argument("--producer-linger-ms", type=float,
-                   help="linger of Faust's own producer (offsets, internal topics; default 5 ms); decisions and "
-                   "state writes go out in explicit batches")
+    w.add_argument(
+        "--batch-linger-ms",
+        type=float,
+        help="while the worker is behind (at least --batch-max events waiting), wait up to this "
+        "long for a full batch (default 10; 0: never). Caught up, an event is folded at once",
+    )
+    w.add_argument(
+        "--flush-interval-ms",
+        type=float,
+        help="how often touched run states are written to the changelog and the input is "
+        "acknowledged (default 1000; 0: whenever something is pending, checked every 50 ms). "
+        "A crashed worker's successor replays the input since the last commit (at most about "
+        "this plus Faust's 2.8 s commit interval), which the engine answers as before",
+    )
+    w.add_argument(
+        "--producer-linger-ms",
+        type=float,
+        help="linger of Faust's own producer (offsets, internal topics; default 5 ms); decisions and "
+        "state writes go out in explicit batches",
+    )
     w.add_argument("--log-level", help="debug, info, warning (default), error")
-    w.add_argument("--session-timeout-s", type=float,
-                   help="consumer session timeout: how soon a dead worker's partitions move (default 6, the "
-                   "broker's default minimum; heartbeats go every second)")
-    w.add_argument("--standby-replicas", type=int,
-                   help="keep warm copies of this many other workers' run states (Faust standby tables), so a "
-                   "failover does not read the dead worker's changelog from its start (default 0)")
-    w.add_argument("--stop-timeout-s", type=float,
-                   help="a worker asked to stop (SIGTERM, SIGINT) or that crashed exits within this many seconds, "
-                   "forcibly if its graceful stop has not finished (exit 143, 130, or 1 after a crash; default 25)")
-    w.add_argument("--state-sweep-interval-s", type=float,
-                   help="how often the table is swept for runs idle (in event time) past twice the config's "
-                   "loopwarden.runIdleTimeoutMs; they are dropped and tombstoned (default 60)")
+    w.add_argument(
+        "--session-timeout-s",
+        type=float,
+        help="consumer session timeout: how soon a dead worker's partitions move (default 6, the "
+        "broker's default minimum; heartbeats go every second)",
+    )
+    w.add_argument(
+        "--standby-replicas",
+        type=int,
+        help="keep warm copies of this many other workers' run states (Faust standby tables), so a "
+        "failover does not read the dead worker's changelog from its start (default 0)",
+    )
+    w.add_argument(
+        "--stop-timeout-s",
+        type=float,
+        help="a worker asked to stop (SIGTERM, SIGINT) or that crashed exits within this many seconds, "
+        "forcibly if its graceful stop has not finished (exit 143, 130, or 1 after a crash; default 25)",
+    )
+    w.add_argument(
+        "--state-sweep-interval-s",
+        type=float,
+        help="how often the table is swept for runs idle (in event time) past twice the config's "
+        "loopwarden.runIdleTimeoutMs; they are dropped and tombstoned (default 60)",
+    )
     w.set_defaults(func=cmd_worker)
 
     t = sub.add_parser("topics", help="create the topics with the right keys and cleanup policies")
@@ -292,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_topics)
 
     au = sub.add_parser(
-        "audit", help="replay the topics and compare every decision with the one recorded",
+        "audit",
+        help="replay the topics and compare every decision with the one recorded",
         description="Read the events topic (all partitions, or those of --run / --gateway) for a time range, "
         "replay each event through the core under the config its recorded decision names, and match each "
         "replayed decision with the one on the decisions topic by event_id. A run already under way at --from "
@@ -302,39 +337,68 @@ def build_parser() -> argparse.ArgumentParser:
         "or conflicting (one event_id recorded with two verdicts), 1 on an error.",
     )
     _worker_flags(au)
-    au.add_argument("--from", dest="start", metavar="TIME",
-                    help="start of the range: an ISO-8601 time (2026-11-30T12:00:00Z), a relative one (-2h, -30m, "
-                    "-1d) or 'beginning' (default: the beginning of the topics)")
+    au.add_argument(
+        "--from",
+        dest="start",
+        metavar="TIME",
+        help="start of the range: an ISO-8601 time (2026-11-30T12:00:00Z), a relative one (-2h, -30m, "
+        "-1d) or 'beginning' (default: the beginning of the topics)",
+    )
     au.add_argument("--to", dest="end", metavar="TIME", help="end of the range, as --from (default: now)")
-    au.add_argument("--lookback", default=DEFAULT_LOOKBACK, metavar="DURATION",
-                    help="how far before --from to look for the start of runs already under way (default 24h, "
-                    "the default run idle timeout: a run quiet that long has started over)")
+    au.add_argument(
+        "--lookback",
+        default=DEFAULT_LOOKBACK,
+        metavar="DURATION",
+        help="how far before --from to look for the start of runs already under way (default 24h, "
+        "the default run idle timeout: a run quiet that long has started over)",
+    )
     au.add_argument("--run", action="append", metavar="RUN_ID", help="audit only this run (repeatable)")
-    au.add_argument("--gateway", action="append", metavar="GATEWAY_ID",
-                    help="audit only this gateway's runs (repeatable)")
-    au.add_argument("--config", metavar="FILE",
-                    help="what-if: also replay under this config, and report what would change against what was "
-                    "decided (calls newly warned or blocked, warnings and blocks that vanish, aborts gained or lost)")
-    au.add_argument("--worker-config", action="append", metavar="FILE",
-                    help="a config workers were pinned with (--config): decisions naming its hash are replayed "
-                    "under it (configs published to the config topic are found there); repeatable")
-    au.add_argument("--grace", default=DEFAULT_GRACE, metavar="DURATION",
-                    help="how long after an event its decision may be recorded (default 5m); a later one counts as "
-                    "missing. Memory holds the decisions of this window, never the events read")
-    au.add_argument("--max-event-bytes", type=int, help="larger events are set aside, as the workers do (default 1 MiB)")
+    au.add_argument(
+        "--gateway", action="append", metavar="GATEWAY_ID", help="audit only this gateway's runs (repeatable)"
+    )
+    au.add_argument(
+        "--config",
+        metavar="FILE",
+        help="what-if: also replay under this config, and report what would change against what was "
+        "decided (calls newly warned or blocked, warnings and blocks that vanish, aborts gained or lost)",
+    )
+    au.add_argument(
+        "--worker-config",
+        action="append",
+        metavar="FILE",
+        help="a config workers were pinned with (--config): decisions naming its hash are replayed "
+        "under it (configs published to the config topic are found there); repeatable",
+    )
+    au.add_argument(
+        "--grace",
+        default=DEFAULT_GRACE,
+        metavar="DURATION",
+        help="how long after an event its decision may be recorded (default 5m); a later one counts as "
+        "missing. Memory holds the decisions of this window, never the events read",
+    )
+    au.add_argument(
+        "--max-event-bytes", type=int, help="larger events are set aside, as the workers do (default 1 MiB)"
+    )
     au.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
-    au.add_argument("--diff", metavar="FILE",
-                    help="write one JSON line per mismatch, missing, unexpected or conflicting decision, and per "
-                    "what-if change, with both decisions")
-    au.add_argument("--html", metavar="FILE",
-                    help="write a self-contained HTML report (opens from disk, no network): the summary, decisions "
-                    "by action, detector, agent and tool, warnings and blocks per minute, a timeline of each run "
-                    "with a mismatch, block or abort, the configs used")
+    au.add_argument(
+        "--diff",
+        metavar="FILE",
+        help="write one JSON line per mismatch, missing, unexpected or conflicting decision, and per "
+        "what-if change, with both decisions",
+    )
+    au.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write a self-contained HTML report (opens from disk, no network): the summary, decisions "
+        "by action, detector, agent and tool, warnings and blocks per minute, a timeline of each run "
+        "with a mismatch, block or abort, the configs used",
+    )
     au._negative_number_matcher = RELATIVE_TIME  # `--from -2h`: a value, as for top
     au.set_defaults(func=cmd_audit)
 
     cf = sub.add_parser(
-        "config", help="publish a detection config to the config topic, or show the current one",
+        "config",
+        help="publish a detection config to the config topic, or show the current one",
         description="The config topic (<prefix>config, compacted, one partition) holds each config published, "
         "keyed by its id (the SHA-256 of its canonical JSON, so the same config published twice is one record), "
         "and a record naming the current one. Workers started without --config decide under the current config "
@@ -342,39 +406,54 @@ def build_parser() -> argparse.ArgumentParser:
         "without a restart; a worker started with --config keeps that file's config.",
     )
     cfs = cf.add_subparsers(dest="action", metavar="ACTION", required=True)
-    cp = cfs.add_parser("publish", help="check a config file, publish it and make it current; prints its id",
-                        description="Check FILE (JSON or JSON5; a file that is not is an error, exit 1; each "
-                        "unusable field is named in a warning on stderr and falls back, as replay does), publish "
-                        "it to the config topic (created if missing, with the other topics) under its id, make it "
-                        "the current config, and print the id. Exit 0 when published, 1 on an error.")
+    cp = cfs.add_parser(
+        "publish",
+        help="check a config file, publish it and make it current; prints its id",
+        description="Check FILE (JSON or JSON5; a file that is not is an error, exit 1; each "
+        "unusable field is named in a warning on stderr and falls back, as replay does), publish "
+        "it to the config topic (created if missing, with the other topics) under its id, make it "
+        "the current config, and print the id. Exit 0 when published, 1 on an error.",
+    )
     cp.add_argument("file", metavar="FILE", help="the config file, JSON or JSON5")
     _worker_flags(cp)
-    cs = cfs.add_parser("show", help="print the current config: its id, source file and text",
-                        description="Read the config topic to its end and print the current config's id, the "
-                        "file it was published from and its text as published. Exit 1 with a message when no "
-                        "config was published (workers then decide under the built-in defaults).")
+    cs = cfs.add_parser(
+        "show",
+        help="print the current config: its id, source file and text",
+        description="Read the config topic to its end and print the current config's id, the "
+        "file it was published from and its text as published. Exit 1 with a message when no "
+        "config was published (workers then decide under the built-in defaults).",
+    )
     _worker_flags(cs)
     cs.add_argument("--json", action="store_true", help="one JSON object: config (the id), source, text")
     cf.set_defaults(func=cmd_config)
 
-    k = sub.add_parser("kafka", help="a local single-node Kafka broker for development and tests (no Docker)",
-                       description="fetch: download the broker jars with Maven (once). start: start the broker "
-                       "in --dir and print its bootstrap address; a folder that already holds one gets it back "
-                       "with its data, on the same ports (a broker running there already is left as it is); "
-                       "otherwise, or with --fresh, a new KRaft storage is formatted. stop: stop it.")
+    k = sub.add_parser(
+        "kafka",
+        help="a local single-node Kafka broker for development and tests (no Docker)",
+        description="fetch: download the broker jars with Maven (once). start: start the broker "
+        "in --dir and print its bootstrap address; a folder that already holds one gets it back "
+        "with its data, on the same ports (a broker running there already is left as it is); "
+        "otherwise, or with --fresh, a new KRaft storage is formatted. stop: stop it.",
+    )
     k.add_argument("action", choices=["fetch", "start", "stop"])
     k.add_argument("--dir", default=".kafka", help="where the broker keeps its files (default .kafka)")
     k.add_argument("--port", type=int, help="listener port of a new broker (default: a free one)")
     k.add_argument("--heap", default="384m", help="JVM heap (default 384m)")
-    k.add_argument("--fresh", action="store_true",
-                   help="start: delete the broker's files in --dir (data, config, logs) and format a new one")
+    k.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start: delete the broker's files in --dir (data, config, logs) and format a new one",
+    )
     k.set_defaults(func=cmd_kafka)
 
-    sm = sub.add_parser("simulate", help="drive a fleet of gateways with normal and looping agents",
-                        description="N gateways keep M runs each going (normal agents and every kind of loop) "
-                        "against running workers; prints live progress, then latency, throughput, recall per "
-                        "detector and normal runs wrongly flagged as JSON. Exit 2 when a loop was missed or a "
-                        "normal run was flagged.")
+    sm = sub.add_parser(
+        "simulate",
+        help="drive a fleet of gateways with normal and looping agents",
+        description="N gateways keep M runs each going (normal agents and every kind of loop) "
+        "against running workers; prints live progress, then latency, throughput, recall per "
+        "detector and normal runs wrongly flagged as JSON. Exit 2 when a loop was missed or a "
+        "normal run was flagged.",
+    )
     _worker_flags(sm)
     sm.add_argument("--gateways", type=int, default=8, help="gateways (default 8)")
     sm.add_argument("--runs", type=int, default=4, help="concurrent runs per gateway (default 4)")
@@ -386,38 +465,66 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--quiet", action="store_true", help="no live progress line")
     sm.set_defaults(func=cmd_simulate)
 
-    d = sub.add_parser("demo", help="start a local broker, a worker and a short demo fleet; show decisions live",
-                       description="The whole pipeline on this machine: a local Kafka broker, one worker, "
-                       "gateways that run normal and looping agents; `loopwarden top` on their decisions; then "
-                       "everything is stopped.")
+    d = sub.add_parser(
+        "demo",
+        help="start a local broker, a worker and a short demo fleet; show decisions live",
+        description="The whole pipeline on this machine: a local Kafka broker, one worker, "
+        "gateways that run normal and looping agents; `loopwarden top` on their decisions; then "
+        "everything is stopped.",
+    )
     d.add_argument("--seconds", type=float, default=20.0, help="how long the fleet runs (default 20)")
     d.add_argument("--gateways", type=int, default=3, help="gateways in the fleet (default 3)")
     d.add_argument("--bootstrap", help="use this broker instead of starting a local one")
     d.set_defaults(func=cmd_demo)
 
-    tp = sub.add_parser("top", help="a live view of a fleet's decisions, looping runs, gateways and workers",
-                        description="Read the decisions topic (every partition, no consumer group) and show, "
-                        "refreshed about once a second: decisions per second by action; warnings, blocks and "
-                        "aborts per minute by detector; the runs looping now (the latest warning, block or abort "
-                        "of each), newest first; calls per second and blocks per minute per gateway; the "
-                        "workers' consumer lag (--worker-metrics) and dead letters per minute (the dead-letter "
-                        "topic). Ctrl-C quits. --once --json prints one snapshot as JSON instead.")
+    tp = sub.add_parser(
+        "top",
+        help="a live view of a fleet's decisions, looping runs, gateways and workers",
+        description="Read the decisions topic (every partition, no consumer group) and show, "
+        "refreshed about once a second: decisions per second by action; warnings, blocks and "
+        "aborts per minute by detector; the runs looping now (the latest warning, block or abort "
+        "of each), newest first; calls per second and blocks per minute per gateway; the "
+        "workers' consumer lag (--worker-metrics) and dead letters per minute (the dead-letter "
+        "topic). Ctrl-C quits. --once --json prints one snapshot as JSON instead.",
+    )
     _worker_flags(tp)
-    tp.add_argument("--from", dest="start", metavar="TIME",
-                    help="where to start reading: now (default; --once alone: beginning), beginning, an ISO-8601 "
-                    "time (2024-05-01T12:00:00Z; without a zone: local time) or a relative one (-10m, -30s, -2h, -1d)")
-    tp.add_argument("--worker-metrics", action="append", metavar="URL",
-                    help="a worker's /metrics (or host:port) to read its consumer lag from; repeatable")
-    tp.add_argument("--once", action="store_true",
-                    help="read what is on the topics up to their end offsets at start (or for --seconds), print "
-                    "one snapshot and exit")
-    tp.add_argument("--json", action="store_true",
-                    help="with --once: the snapshot as JSON; without: one JSON snapshot a line, each refresh")
+    tp.add_argument(
+        "--from",
+        dest="start",
+        metavar="TIME",
+        help="where to start reading: now (default; --once alone: beginning), beginning, an ISO-8601 "
+        "time (2024-05-01T12:00:00Z; without a zone: local time) or a relative one (-10m, -30s, -2h, -1d)",
+    )
+    tp.add_argument(
+        "--worker-metrics",
+        action="append",
+        metavar="URL",
+        help="a worker's /metrics (or host:port) to read its consumer lag from; repeatable",
+    )
+    tp.add_argument(
+        "--once",
+        action="store_true",
+        help="read what is on the topics up to their end offsets at start (or for --seconds), print "
+        "one snapshot and exit",
+    )
+    tp.add_argument(
+        "--json",
+        action="store_true",
+        help="with --once: the snapshot as JSON; without: one JSON snapshot a line, each refresh",
+    )
     tp.add_argument("--seconds", type=float, help="stop after this many seconds (with --once: read for this long)")
-    tp.add_argument("--forget-after", type=float, default=120.0, metavar="S",
-                    help="a run not warned, blocked or aborted for this long is no longer listed (default 120)")
-    tp.add_argument("--no-screen", action="store_true",
-                    help="draw in place below the prompt instead of on the terminal's alternate screen")
+    tp.add_argument(
+        "--forget-after",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="a run not warned, blocked or aborted for this long is no longer listed (default 120)",
+    )
+    tp.add_argument(
+        "--no-screen",
+        action="store_true",
+        help="draw in place below the prompt instead of on the terminal's alternate screen",
+    )
     tp._negative_number_matcher = RELATIVE_TIME
     tp.set_defaults(func=cmd_top)
     return p

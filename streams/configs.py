@@ -91,8 +91,13 @@ class ConfigHistory:
         got = self.configs.get(self.current) if self.current is not None else None
         return got[1] if got is not None else None
 
-    def add(self, key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes]] = (),
-            where: str = "config topic") -> None:
+    def add(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Iterable[tuple[str, bytes]] = (),
+        where: str = "config topic",
+    ) -> None:
         """Take one record of the topic in. An unreadable one is logged and skipped."""
         try:
             if key == CURRENT:
@@ -124,8 +129,9 @@ def _consumer(s: Settings) -> Any:
     return connect.reader(s)
 
 
-async def publish_config(settings: Settings, text: bytes, source: str,
-                         warn: Callable[[str], None] | None = None) -> str:
+async def publish_config(
+    settings: Settings, text: bytes, source: str, warn: Callable[[str], None] | None = None
+) -> str:
     """Validate `text` (a ConfigError is raised as it is; each warning of the load goes
     to `warn`, or to the log), publish it under its id, then make it current. Returns
     the id. The topics are created first if missing (as a worker does at start)."""
@@ -149,8 +155,9 @@ async def publish_config(settings: Settings, text: bytes, source: str,
     if created:
         logging.getLogger("aiokafka.producer.sender").addFilter(quiet)
     try:
-        await producer.send_and_wait(topic, text, key=cid.encode(), partition=0,
-                                     headers=[(SOURCE_HEADER, source.encode("utf-8", "replace"))])
+        await producer.send_and_wait(
+            topic, text, key=cid.encode(), partition=0, headers=[(SOURCE_HEADER, source.encode("utf-8", "replace"))]
+        )
         await producer.send_and_wait(topic, json.dumps({"config": cid}).encode(), key=CURRENT, partition=0)
     except KafkaError as exc:
         raise broker_error(exc, settings) from None
@@ -166,16 +173,19 @@ class _NewTopicRetries(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
-        return not (record.msg.startswith("Got error produce response on topic-partition")
-                    and any(getattr(a, "__name__", "") == "NotLeaderForPartitionError" for a in args))
+        return not (
+            record.msg.startswith("Got error produce response on topic-partition")
+            and any(getattr(a, "__name__", "") == "NotLeaderForPartitionError" for a in args)
+        )
 
 
 async def _read_to(consumer: Any, tp: Any, history: ConfigHistory, end: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while history.next_offset < end:
         if time.monotonic() > deadline:
-            raise BrokerError(f"{tp.topic} was not read to its end offset {end} within {timeout:.0f} s "
-                              f"(at {history.next_offset})")
+            raise BrokerError(
+                f"{tp.topic} was not read to its end offset {end} within {timeout:.0f} s (at {history.next_offset})"
+            )
         got = await consumer.getmany(tp, timeout_ms=500)
         for m in got.get(tp, []):
             history.add(m.key, m.value, m.headers, f"{tp.topic}@{m.offset}")

@@ -38,7 +38,8 @@ def reader(s: Settings, **kwargs: Any) -> Any:
     from aiokafka import AIOKafkaConsumer
 
     try:
-        return AIOKafkaConsumer(**client_kwargs(s), group_id=None, enable_auto_commit=False,
-                                auto_offset_reset="earliest", **kwargs)
+        return AIOKafkaConsumer(
+            **client_kwargs(s), group_id=None, enable_auto_commit=False, auto_offset_reset="earliest", **kwargs
+        )
     except ValueError as exc:  # aiokafka's check of the protocol and SASL mechanism
         raise SettingsError(f"cannot connect with these settings: {exc}") from None

@@ -1,9 +1,9 @@
 """Errors of the shell; the root and the core's subtree live in detectors/errors.py.
 
-    LoopwardenError
-    ├── SettingsError   a setting (flag, LOOPWARDEN_* variable) with an unusable value
-    ├── BrokerError     the local Kafka broker cannot be fetched, started or reached
-    └── WorkerError     a worker process started here exited or never became healthy
+LoopwardenError
+├── SettingsError   a setting (flag, LOOPWARDEN_* variable) with an unusable value
+├── BrokerError     the local Kafka broker cannot be fetched, started or reached
+└── WorkerError     a worker process started here exited or never became healthy
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import ssl
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from detectors.errors import LoopwardenError
 
@@ -63,13 +64,22 @@ def _kind(exc: BaseException) -> int:
     """How much an exception says about why a connection failed (higher: more)."""
     from aiokafka import errors as ak
 
-    if isinstance(exc, (ak.SaslAuthenticationFailed, ak.AuthenticationFailedError, ak.UnsupportedSaslMechanismError,
-                        ak.AuthenticationMethodNotSupported, ak.IllegalSaslStateError)):
+    if isinstance(
+        exc,
+        (
+            ak.SaslAuthenticationFailed,
+            ak.AuthenticationFailedError,
+            ak.UnsupportedSaslMechanismError,
+            ak.AuthenticationMethodNotSupported,
+            ak.IllegalSaslStateError,
+        ),
+    ):
         return 3
     if isinstance(exc, ssl.SSLError):
         return 2
-    if isinstance(exc, (ak.TopicAuthorizationFailedError, ak.GroupAuthorizationFailedError,
-                        ak.ClusterAuthorizationFailedError)):
+    if isinstance(
+        exc, (ak.TopicAuthorizationFailedError, ak.GroupAuthorizationFailedError, ak.ClusterAuthorizationFailedError)
+    ):
         return 1
     return 0
 
@@ -92,15 +102,20 @@ def broker_error(exc: BaseException, target: Any, causes: Iterable[BaseException
         how = f" (SASL mechanism {mechanism})" if mechanism else ""
         return BrokerError(f"authentication failed for {who} at {at}{how}: {detail}")
     if isinstance(cause, (ak.UnsupportedSaslMechanismError, ak.AuthenticationMethodNotSupported)):
-        return BrokerError(f"authentication failed at {at}: the broker does not accept SASL mechanism {mechanism}: "
-                           f"{detail}")
+        return BrokerError(
+            f"authentication failed at {at}: the broker does not accept SASL mechanism {mechanism}: {detail}"
+        )
     if isinstance(cause, ssl.SSLCertVerificationError):
         why = cause.verify_message or cause.reason or detail
-        return BrokerError(f"TLS handshake with {at} failed: certificate verify failed: {why} "
-                           "(is --ssl-cafile the CA that signed the broker's certificate?)")
+        return BrokerError(
+            f"TLS handshake with {at} failed: certificate verify failed: {why} "
+            "(is --ssl-cafile the CA that signed the broker's certificate?)"
+        )
     if isinstance(cause, ssl.SSLError):
-        return BrokerError(f"TLS handshake with {at} failed: {cause.reason or detail} "
-                           "(is it a TLS listener, and does --security-protocol match it?)")
+        return BrokerError(
+            f"TLS handshake with {at} failed: {cause.reason or detail} "
+            "(is it a TLS listener, and does --security-protocol match it?)"
+        )
     if _kind(cause) == 1:
         who = f"user {user!r}" if user is not None else "the client"
         return BrokerError(f"{who} is not authorized at {at}: {detail}")

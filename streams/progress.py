@@ -22,8 +22,9 @@ class Progress:
             columns: tuple[Any, ...] = (p.BarColumn(), p.DownloadColumn())
         else:
             columns = (p.BarColumn(), p.MofNCompleteColumn(), "[progress.data.speed]{task.speed:>8.0f} " + unit + "/s")
-        self._bar = p.Progress("[progress.description]{task.description}", *columns, p.TimeRemainingColumn(),
-                               transient=True)
+        self._bar = p.Progress(
+            "[progress.description]{task.description}", *columns, p.TimeRemainingColumn(), transient=True
+        )
         self._bar.start()
         self._task = self._bar.add_task(what, total=total)
 

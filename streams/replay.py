@@ -85,7 +85,7 @@ def run_replay(
                     report.bad += 1
                 set_aside(folded.position, folded.value or b"", reason, str(folded.error))
                 continue
-            for d, raw in zip(folded.decisions, folded.encoded):
+            for d, raw in zip(folded.decisions, folded.encoded, strict=True):
                 out.append(raw)
                 out.append(b"\n")
                 decisions_n += 1

@@ -8,9 +8,10 @@ from __future__ import annotations
 import logging
 import os
 import ssl
-from pathlib import Path
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any
 
 from detectors import DetectionConfig, load_config
 
@@ -88,8 +89,11 @@ class Settings:
         """Connection arguments for aiokafka clients (producers, consumers, admin)."""
         kw: dict[str, Any] = {"bootstrap_servers": self.bootstrap, "security_protocol": self.security_protocol}
         if "SASL" in self.security_protocol:
-            kw.update(sasl_mechanism=self.sasl_mechanism, sasl_plain_username=self.sasl_username,
-                      sasl_plain_password=self.sasl_password)
+            kw.update(
+                sasl_mechanism=self.sasl_mechanism,
+                sasl_plain_username=self.sasl_username,
+                sasl_plain_password=self.sasl_password,
+            )
         ctx = self.ssl_context()
         if ctx is not None:
             kw["ssl_context"] = ctx
@@ -136,7 +140,9 @@ def build(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None 
     if s.max_event_bytes < 1:
         raise SettingsError(f"max_event_bytes must be positive, got {s.max_event_bytes}")
     if s.security_protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-        raise SettingsError(f"security_protocol {s.security_protocol!r} is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL")
+        raise SettingsError(
+            f"security_protocol {s.security_protocol!r} is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"
+        )
     return s
 
 

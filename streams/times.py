@@ -27,10 +27,11 @@ def parse_from(text: str | None, now: float, option: str = "--from") -> float | 
     try:
         dt = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise SettingsError(f"{option} {text!r} is neither an ISO-8601 time (2024-05-01T12:00:00Z), a relative "
-                            "one (-10m, -30s, -2h, -1d), 'now' nor 'beginning'") from None
+        raise SettingsError(
+            f"{option} {text!r} is neither an ISO-8601 time (2024-05-01T12:00:00Z), a relative "
+            "one (-10m, -30s, -2h, -1d), 'now' nor 'beginning'"
+        ) from None
     return dt.timestamp()  # a naive time is taken as local time
-
 
 
 def parse_duration(text: str, option: str) -> float:

@@ -28,7 +28,8 @@ async def create_topics(s: Settings) -> list[str]:
     specs = [
         (s.events_topic, s.partitions, {"cleanup.policy": "delete"}),
         (s.decisions_topic, s.partitions, {"cleanup.policy": "delete"}),
-        (s.deadletter_topic, s.partitions, {"cleanup.policy": "delete"}), (s.changelog_topic, s.partitions, compacted),
+        (s.deadletter_topic, s.partitions, {"cleanup.policy": "delete"}),
+        (s.changelog_topic, s.partitions, compacted),
         # The detection configs by id and the current one (streams/configs.py): one
         # partition, so every reader sees a config before the `current` record naming it.
         (s.config_topic, 1, compacted),

@@ -27,35 +27,54 @@ def _unique(xs: list) -> list:
     return out
 
 
-TOOLS = _unique(["read", "exec", "Bash", "process", "command_status", "update_plan", "message", "web_fetch",
-                 *(s.tool for s in _SAMPLES)])
-PARAMS = _unique([
-    {"path": "/a"},
-    {"path": "/b", "n": 1.0},
-    {"command": "make test"},
-    {"action": "log", "sessionId": "s1"},
-    {"action": "send", "to": "x", "text": "hi"},
-    {"plan": [{"step": "one", "status": "pending"}], "explanation": "why"},
-    None,
-    "__absent__",
-    *(s.params for s in _SAMPLES),
-])
-RESULTS = _unique([
-    {"content": [{"type": "text", "text": "same"}], "details": {"bytes": 4}},
-    {"details": {"status": "completed", "exitCode": 1, "aggregated": "boom", "durationMs": 5}},
-    {"details": {"status": "running", "tail": "..."}},
-    {"details": {"status": "blocked", "deniedReason": "tool-loop"}},
-    {"details": {"messageId": "m1", "ok": True}},
-    "__error__disk full",
-    [1, 2],
-    "__absent__",
-    *(loops.result(s.text) if s.text is not None else "__error__" + str(s.error) for s in _SAMPLES),
-])
+TOOLS = _unique(
+    [
+        "read",
+        "exec",
+        "Bash",
+        "process",
+        "command_status",
+        "update_plan",
+        "message",
+        "web_fetch",
+        *(s.tool for s in _SAMPLES),
+    ]
+)
+PARAMS = _unique(
+    [
+        {"path": "/a"},
+        {"path": "/b", "n": 1.0},
+        {"command": "make test"},
+        {"action": "log", "sessionId": "s1"},
+        {"action": "send", "to": "x", "text": "hi"},
+        {"plan": [{"step": "one", "status": "pending"}], "explanation": "why"},
+        None,
+        "__absent__",
+        *(s.params for s in _SAMPLES),
+    ]
+)
+RESULTS = _unique(
+    [
+        {"content": [{"type": "text", "text": "same"}], "details": {"bytes": 4}},
+        {"details": {"status": "completed", "exitCode": 1, "aggregated": "boom", "durationMs": 5}},
+        {"details": {"status": "running", "tail": "..."}},
+        {"details": {"status": "blocked", "deniedReason": "tool-loop"}},
+        {"details": {"messageId": "m1", "ok": True}},
+        "__error__disk full",
+        [1, 2],
+        "__absent__",
+        *(loops.result(s.text) if s.text is not None else "__error__" + str(s.error) for s in _SAMPLES),
+    ]
+)
 KIND_NAMES = list(loops.KINDS)
 
 step = st.one_of(
-    st.tuples(st.just("call"), st.integers(0, len(TOOLS) - 1), st.integers(0, len(PARAMS) - 1),
-              st.one_of(st.none(), st.integers(0, len(RESULTS) - 1))),
+    st.tuples(
+        st.just("call"),
+        st.integers(0, len(TOOLS) - 1),
+        st.integers(0, len(PARAMS) - 1),
+        st.one_of(st.none(), st.integers(0, len(RESULTS) - 1)),
+    ),
     # a stretch of one kind of run: (kind, its first step, how many steps)
     st.tuples(st.just("kind"), st.integers(0, len(KIND_NAMES) - 1), st.integers(0, 5), st.integers(1, 25)),
     st.tuples(st.just("compaction"), st.just(0), st.just(0), st.none()),
@@ -103,7 +122,7 @@ def _events_for(run: str, gw: str, steps) -> list[dict]:
         if r is not None:
             res = {"type": "tool_result", "run_id": run, "seq": seq, "gateway_id": gw, **call}
             if isinstance(RESULTS[r], str) and RESULTS[r].startswith("__error__"):
-                res["error"] = RESULTS[r][len("__error__"):]
+                res["error"] = RESULTS[r][len("__error__") :]
             elif RESULTS[r] != "__absent__":
                 res["result"] = RESULTS[r]
             out.append(res)
@@ -116,8 +135,7 @@ def runs(draw, max_runs: int = 3, max_steps: int = 40) -> dict[str, list[dict]]:
     """Several runs, each a list of wire events (dicts) in its own order."""
     n = draw(st.integers(1, max_runs))
     return {
-        f"run-{i}": _events_for(f"run-{i}", f"gw-{i % 2}", draw(st.lists(step, max_size=max_steps)))
-        for i in range(n)
+        f"run-{i}": _events_for(f"run-{i}", f"gw-{i % 2}", draw(st.lists(step, max_size=max_steps))) for i in range(n)
     }
 
 
@@ -139,9 +157,15 @@ def lines(events: list[dict]) -> list[bytes]:
 
 
 SMALL_CONFIG = {
-    "tools": {"loopDetection": {
-        "enabled": True, "historySize": 8, "warningThreshold": 2, "criticalThreshold": 4,
-        "unknownToolThreshold": 3, "globalCircuitBreakerThreshold": 6,
-        "postCompactionGuard": {"windowSize": 2},
-    }}
+    "tools": {
+        "loopDetection": {
+            "enabled": True,
+            "historySize": 8,
+            "warningThreshold": 2,
+            "criticalThreshold": 4,
+            "unknownToolThreshold": 3,
+            "globalCircuitBreakerThreshold": 6,
+            "postCompactionGuard": {"windowSize": 2},
+        }
+    }
 }

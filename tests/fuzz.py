@@ -21,8 +21,15 @@ class Message(NamedTuple):
 
 
 def _call(run: str, seq: int, **kw) -> dict:
-    return {"type": "tool_call", "run_id": run, "seq": seq, "gateway_id": "gw-fuzz", "tool_name": "read",
-            "params": {"path": "/x"}, **kw}
+    return {
+        "type": "tool_call",
+        "run_id": run,
+        "seq": seq,
+        "gateway_id": "gw-fuzz",
+        "tool_name": "read",
+        "params": {"path": "/x"},
+        **kw,
+    }
 
 
 def _bad(rng: random.Random, i: int) -> list[Message]:
@@ -44,13 +51,21 @@ def _bad(rng: random.Random, i: int) -> list[Message]:
         Message(key, dumps(dict(base, tool_name="   ")), "decode_error", "blank_tool_name"),
         Message(key, dumps(dict(base, type="tool_dance")), "decode_error", "unknown_type"),
         Message(key, deep(rng.choice([128, 10_000])), "decode_error", "deep_nesting"),
-        Message(key, dumps(dict(base, **{rng.choice(["tool_name", "gateway_id", "tool_call_id", "agent_id"]):
-                                         "x\udc00y"})), "decode_error", "lone_surrogate_id"),
+        Message(
+            key,
+            dumps(dict(base, **{rng.choice(["tool_name", "gateway_id", "tool_call_id", "agent_id"]): "x\udc00y"})),
+            "decode_error",
+            "lone_surrogate_id",
+        ),
         Message(None, dumps(dict(base, run_id="r\ud800")), "decode_error", "lone_surrogate_run_id"),
         Message(key, dumps(dict(base, seq=rng.choice([2**53, 2**64, 10**30]))), "decode_error", "huge_seq"),
         Message(key, dumps(dict(base, ts=2**64)), "decode_error", "huge_ts"),
-        Message(key, b'{"type": "tool_call", "run_id": "' + key + b'", "seq": 1, "gateway_id": "g", '
-                b'"tool_name": "\xff\xfe"}', "decode_error", "invalid_utf8"),
+        Message(
+            key,
+            b'{"type": "tool_call", "run_id": "' + key + b'", "seq": 1, "gateway_id": "g", "tool_name": "\xff\xfe"}',
+            "decode_error",
+            "invalid_utf8",
+        ),
         Message(key, dumps(dict(base, params={"blob": "x" * (MAX_EVENT_BYTES + 10)})), "oversize", "oversize"),
         Message(None, dumps(base), "missing_key", "no_key", in_file=False),
         Message(b"someone-else", dumps(base), "key_mismatch", "key_mismatch", in_file=False),
@@ -62,8 +77,10 @@ def mixed(seed: int = 1, valid_events: int = 1500, rounds: int = 3) -> list[Mess
     """Valid events of interleaved runs, with `rounds` of every bad kind spread among them,
     and stale duplicates of calls whose decisions are no longer remembered."""
     rng = random.Random(seed)
-    valid = [Message(json.loads(x)["run_id"].encode(), x, None, "valid")
-             for x in generate(valid_events, seed=seed, concurrent=30)]
+    valid = [
+        Message(json.loads(x)["run_id"].encode(), x, None, "valid")
+        for x in generate(valid_events, seed=seed, concurrent=30)
+    ]
     out = list(valid)
     for i in range(rounds):
         for m in _bad(rng, i):

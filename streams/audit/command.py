@@ -74,8 +74,11 @@ async def audit(settings: Settings, args: Any, out: TextIO) -> int:
     if from_ms is not None and to_ms is not None and to_ms < from_ms:
         raise SettingsError(f"--to ({_iso(to_ms)}) is before --from ({_iso(from_ms)})")
     scan_start = None if from_ms is None else from_ms - lookback_ms
-    what_if = read_detection_config(args.config, warn=lambda p, w: print(f"warning: {p}: {w}", file=sys.stderr)) \
-        if args.config else None
+    what_if = (
+        read_detection_config(args.config, warn=lambda p, w: print(f"warning: {p}: {w}", file=sys.stderr))
+        if args.config
+        else None
+    )
     book = await _configs(settings, args)
     diff_file = open(args.diff, "w") if args.diff else None  # noqa: SIM115 (closed below)
     events = TopicRange(settings, settings.events_topic)
@@ -88,8 +91,15 @@ async def audit(settings: Settings, args: Any, out: TextIO) -> int:
         await events.open(scan_start, to_ms, run_parts)
         await decisions.open(scan_start, None if to_ms is None else to_ms + grace_ms, gw_parts)
         a = Audit(
-            book, from_ms=from_ms, to_ms=to_ms, scan_start_ms=scan_start, grace_ms=grace_ms,
-            complete=events.complete, what_if=what_if, runs=args.run or (), gateways=args.gateway or (),
+            book,
+            from_ms=from_ms,
+            to_ms=to_ms,
+            scan_start_ms=scan_start,
+            grace_ms=grace_ms,
+            complete=events.complete,
+            what_if=what_if,
+            runs=args.run or (),
+            gateways=args.gateway or (),
             max_event_bytes=settings.max_event_bytes,
             diff=(lambda line: diff_file.write(json.dumps(line, ensure_ascii=False) + "\n")) if diff_file else None,
             timelines=bool(args.html),
@@ -129,11 +139,16 @@ async def audit(settings: Settings, args: Any, out: TextIO) -> int:
     if args.html:
         from .html import render
 
-        report = a.report(seconds, {
-            "from": _iso(from_ms), "to": _iso(to_ms), "lookback_s": lookback_ms / 1000,
-            "topics": {"events": settings.events_topic, "decisions": settings.decisions_topic},
-            "generated_at": _iso(int(time.time() * 1000)),
-        })
+        report = a.report(
+            seconds,
+            {
+                "from": _iso(from_ms),
+                "to": _iso(to_ms),
+                "lookback_s": lookback_ms / 1000,
+                "topics": {"events": settings.events_topic, "decisions": settings.decisions_topic},
+                "generated_at": _iso(int(time.time() * 1000)),
+            },
+        )
         Path(args.html).write_text(render(report), encoding="utf-8")
     if args.json:
         print(json.dumps(summary), file=out)
@@ -143,22 +158,43 @@ async def audit(settings: Settings, args: Any, out: TextIO) -> int:
 
 
 def _print_summary(s: dict[str, Any], out: TextIO) -> None:
-    print(f"{s['events']} events, {s['runs']} runs ({s['partial_runs']} partial: start not found), "
-          f"{s['seconds']} s ({s['events_per_s']} events/s)", file=out)
-    print(f"decisions: {s['decisions_recorded']} recorded, {s['decisions_replayed']} replayed; "
-          f"{s['matched']} matched, {s['mismatched']} mismatched, {s['missing']} missing, "
-          f"{s['unexpected']} unexpected, {s['conflicting']} conflicting", file=out)
+    print(
+        f"{s['events']} events, {s['runs']} runs ({s['partial_runs']} partial: start not found), "
+        f"{s['seconds']} s ({s['events_per_s']} events/s)",
+        file=out,
+    )
+    print(
+        f"decisions: {s['decisions_recorded']} recorded, {s['decisions_replayed']} replayed; "
+        f"{s['matched']} matched, {s['mismatched']} mismatched, {s['missing']} missing, "
+        f"{s['unexpected']} unexpected, {s['conflicting']} conflicting",
+        file=out,
+    )
     print("by action: " + ", ".join(f"{k} {v}" for k, v in s["by_action"].items()), file=out)
     if s["by_detector"]:
         print("by detector: " + ", ".join(f"{k} {v}" for k, v in s["by_detector"].items()), file=out)
     if s["what_if"]:
         w = s["what_if"]
-        print("what if: " + ", ".join(f"{k} {w[k]}" for k in ("newly_warned", "newly_blocked", "no_longer_warned",
-                                                               "no_longer_blocked", "aborts_gained", "aborts_lost")),
-              file=out)
+        print(
+            "what if: "
+            + ", ".join(
+                f"{k} {w[k]}"
+                for k in (
+                    "newly_warned",
+                    "newly_blocked",
+                    "no_longer_warned",
+                    "no_longer_blocked",
+                    "aborts_gained",
+                    "aborts_lost",
+                )
+            ),
+            file=out,
+        )
     if s["unknown_configs"]:
-        print(f"decisions under configs not known here (replayed under the current one): {s['unknown_configs']}; "
-              "name them with --worker-config", file=out)
+        print(
+            f"decisions under configs not known here (replayed under the current one): {s['unknown_configs']}; "
+            "name them with --worker-config",
+            file=out,
+        )
 
 
 def run_audit(settings: Settings, args: Any) -> int:

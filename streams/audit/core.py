@@ -63,8 +63,7 @@ class ConfigBook:
         hashes = agent_hashes(config)
         for h in hashes.values():
             self.by_hash.setdefault(h, config)
-        self.listed.append({"config_hash": hashes["(default)"], "source": source, "text": text or "",
-                            "agents": hashes})
+        self.listed.append({"config_hash": hashes["(default)"], "source": source, "text": text or "", "agents": hashes})
 
     def get(self, config_hash: str | None) -> DetectionConfig | None:
         return self.by_hash.get(config_hash) if config_hash else None
@@ -73,8 +72,13 @@ class ConfigBook:
 def _verdict(d: Decision | None) -> dict[str, Any] | None:
     if d is None:
         return None
-    return {"action": d.action, "detector": d.detector, "count": d.count, "message": d.message,
-            "config_hash": d.config_hash}
+    return {
+        "action": d.action,
+        "detector": d.detector,
+        "count": d.count,
+        "message": d.message,
+        "config_hash": d.config_hash,
+    }
 
 
 class _Recorded:
@@ -91,8 +95,13 @@ class _Recorded:
 
 
 def _same_verdict(a: Decision, b: Decision) -> bool:
-    return (a.action, a.level, a.detector, a.count, a.warning_key) == (b.action, b.level, b.detector, b.count,
-                                                                       b.warning_key)
+    return (a.action, a.level, a.detector, a.count, a.warning_key) == (
+        b.action,
+        b.level,
+        b.detector,
+        b.count,
+        b.warning_key,
+    )
 
 
 def _minute(ms: int) -> str:
@@ -261,8 +270,13 @@ class Audit:
     def events(self, chunk: list[Msg]) -> None:
         """Fold a chunk of events, each partition's in offset order."""
         source = self._source(chunk)
-        folded = fold(source, self.configs.current, max_event_bytes=self.max_event_bytes, load=self._load,
-                      config_for=self._config_for)
+        folded = fold(
+            source,
+            self.configs.current,
+            max_event_bytes=self.max_event_bytes,
+            load=self._load,
+            config_for=self._config_for,
+        )
         if self.what_if is None:
             for f in folded:
                 self._settle(f, None)
@@ -308,8 +322,11 @@ class Audit:
             # read from its very beginning, or one with a full idle timeout read before
             # it and nothing of the run in it (semantics.md section 7: it started there).
             cfg = self._config_for(ev)
-            started = run_id in self.ended or self.complete(m.partition) or (
-                self.scan_start_ms is not None and m.timestamp - self.scan_start_ms > cfg.idle_timeout_ms)
+            started = (
+                run_id in self.ended
+                or self.complete(m.partition)
+                or (self.scan_start_ms is not None and m.timestamp - self.scan_start_ms > cfg.idle_timeout_ms)
+            )
             run = self.open[run_id] = _Run(ts, not started, ev.gateway_id, ev.agent_id)
             if self.timelines:
                 run.timeline = deque(maxlen=self.timeline_len)
@@ -333,18 +350,33 @@ class Audit:
         if run.timeline is not None and inside:
             if len(run.timeline) == run.timeline.maxlen:
                 run.truncated += 1
-            run.timeline.append({
-                "seq": ev.seq, "ts": ev.ts, "type": _TYPES[type(ev)],
-                "tool_name": getattr(ev, "tool_name", None), "status": status,
-                "recorded": _verdict(rec.decision) if rec is not None else None,
-                "replayed": _verdict(replayed), "what_if": _verdict(what_if) if self.what_if is not None else None,
-            })
+            run.timeline.append(
+                {
+                    "seq": ev.seq,
+                    "ts": ev.ts,
+                    "type": _TYPES[type(ev)],
+                    "tool_name": getattr(ev, "tool_name", None),
+                    "status": status,
+                    "recorded": _verdict(rec.decision) if rec is not None else None,
+                    "replayed": _verdict(replayed),
+                    "what_if": _verdict(what_if) if self.what_if is not None else None,
+                }
+            )
         if after is None:
             self.ended.add(run_id)
             self._close(run_id, run)
 
-    def _compare(self, eid: str, run_id: str, rec: _Recorded | None, replayed: Decision | None,
-                 encoded: bytes | None, what_if: Decision | None, run: _Run, ts: int) -> str | None:
+    def _compare(
+        self,
+        eid: str,
+        run_id: str,
+        rec: _Recorded | None,
+        replayed: Decision | None,
+        encoded: bytes | None,
+        what_if: Decision | None,
+        run: _Run,
+        ts: int,
+    ) -> str | None:
         c = self.c
         if replayed is not None:
             c["decisions_replayed"] += 1
@@ -405,24 +437,45 @@ class Audit:
         for k in changes:
             self.what_if_counts[k] += 1
         det = (what_if.detector if what_if is not None and what_if.detector else None) or (
-            decided.detector if decided is not None and decided.detector else "none")
+            decided.detector if decided is not None and decided.detector else "none"
+        )
         self.what_if_by_detector[det] += 1
         self._diff("what_if", eid, run_id, decided, None, what_if, changes)
 
     def _close(self, run_id: str, run: _Run) -> None:
         self.open.pop(run_id, None)
         if run.flags and run.timeline is not None and len(self.report_runs) < self.max_report_runs:
-            self.report_runs.append({
-                "run_id": run_id, "gateway_id": run.gateway, "agent_id": run.agent, "partial": run.partial,
-                "flags": sorted(run.flags), "truncated": run.truncated, "timeline": list(run.timeline),
-            })
+            self.report_runs.append(
+                {
+                    "run_id": run_id,
+                    "gateway_id": run.gateway,
+                    "agent_id": run.agent,
+                    "partial": run.partial,
+                    "flags": sorted(run.flags),
+                    "truncated": run.truncated,
+                    "timeline": list(run.timeline),
+                }
+            )
 
-    def _diff(self, kind: str, eid: str, run_id: str, recorded: Decision | None, replayed: Decision | None,
-              what_if: Decision | None, changes: list[str] | None = None) -> None:
+    def _diff(
+        self,
+        kind: str,
+        eid: str,
+        run_id: str,
+        recorded: Decision | None,
+        replayed: Decision | None,
+        what_if: Decision | None,
+        changes: list[str] | None = None,
+    ) -> None:
         if self.diff is None:
             return
-        line: dict[str, Any] = {"kind": kind, "event_id": eid, "run_id": run_id,
-                                "recorded": _verdict(recorded), "replayed": _verdict(replayed)}
+        line: dict[str, Any] = {
+            "kind": kind,
+            "event_id": eid,
+            "run_id": run_id,
+            "recorded": _verdict(recorded),
+            "replayed": _verdict(replayed),
+        }
         if kind == "what_if":
             line["what_if"] = _verdict(what_if)
             line["changes"] = changes
@@ -444,8 +497,17 @@ class Audit:
         if self.what_if is not None:
             what_if = {
                 "config_hash": self.what_if.for_agent(None).config_hash,
-                **{k: self.what_if_counts[k] for k in ("newly_warned", "newly_blocked", "no_longer_warned",
-                                                       "no_longer_blocked", "aborts_gained", "aborts_lost")},
+                **{
+                    k: self.what_if_counts[k]
+                    for k in (
+                        "newly_warned",
+                        "newly_blocked",
+                        "no_longer_warned",
+                        "no_longer_blocked",
+                        "aborts_gained",
+                        "aborts_lost",
+                    )
+                },
                 "by_detector": dict(sorted(self.what_if_by_detector.items())),
             }
         return {
@@ -479,8 +541,10 @@ class Audit:
             "range": range_,
             "by_agent": {k: {a: v[a] for a in ACTIONS} for k, v in sorted(self.by_agent.items())},
             "by_tool": {k: {a: v[a] for a in ACTIONS} for k, v in sorted(self.by_tool.items())},
-            "per_minute": [{"minute": k, "warn": v["warn"], "block": v["block"], "abort": v["abort"]}
-                           for k, v in sorted(self.per_minute.items())],
+            "per_minute": [
+                {"minute": k, "warn": v["warn"], "block": v["block"], "abort": v["abort"]}
+                for k, v in sorted(self.per_minute.items())
+            ],
             "runs": self.report_runs,
             "configs": self.configs.listed,
         }

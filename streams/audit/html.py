@@ -25,16 +25,27 @@ CHART_MAX_BARS = 480  # more minutes than this are summed into wider bars
 OPEN_RUNS = 3  # the first few flagged runs show their timelines unfolded
 
 LABELS = {
-    "events": "events read", "runs": "runs", "partial_runs": "partial runs (start not found)",
-    "decisions_recorded": "decisions recorded", "decisions_replayed": "decisions replayed",
-    "matched": "matched", "mismatched": "mismatched", "missing": "missing (never published)",
-    "unexpected": "unexpected (no such event)", "conflicting": "conflicting (recorded twice)",
-    "seconds": "seconds", "events_per_s": "events per second",
+    "events": "events read",
+    "runs": "runs",
+    "partial_runs": "partial runs (start not found)",
+    "decisions_recorded": "decisions recorded",
+    "decisions_replayed": "decisions replayed",
+    "matched": "matched",
+    "mismatched": "mismatched",
+    "missing": "missing (never published)",
+    "unexpected": "unexpected (no such event)",
+    "conflicting": "conflicting (recorded twice)",
+    "seconds": "seconds",
+    "events_per_s": "events per second",
 }
 WHAT_IF_LABELS = {
-    "config_hash": "config", "newly_warned": "newly warned", "newly_blocked": "newly blocked",
-    "no_longer_warned": "no longer warned", "no_longer_blocked": "no longer blocked",
-    "aborts_gained": "aborts gained", "aborts_lost": "aborts lost",
+    "config_hash": "config",
+    "newly_warned": "newly warned",
+    "newly_blocked": "newly blocked",
+    "no_longer_warned": "no longer warned",
+    "no_longer_blocked": "no longer blocked",
+    "aborts_gained": "aborts gained",
+    "aborts_lost": "aborts lost",
 }
 
 CSS = """
@@ -102,8 +113,10 @@ def _csp_hash(source: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(source.encode()).digest()).decode() + "'"
 
 
-CSP = (f"default-src 'none'; style-src {_csp_hash(CSS)}; script-src {_csp_hash(JS)}; "
-       "img-src 'none'; base-uri 'none'; form-action 'none'")
+CSP = (
+    f"default-src 'none'; style-src {_csp_hash(CSS)}; script-src {_csp_hash(JS)}; "
+    "img-src 'none'; base-uri 'none'; form-action 'none'"
+)
 
 
 def esc(value: Any) -> str:
@@ -150,6 +163,7 @@ def _minute(text: Any) -> int | None:
 
 # ---------------------------------------------------------------- sections
 
+
 def _header(report: dict) -> str:
     r = report.get("range") or {}
     s = report.get("summary") or {}
@@ -159,14 +173,16 @@ def _header(report: dict) -> str:
         parts = ", ".join(f"{_int(s.get(k))} {k}" for k in PROBLEMS if _int(s.get(k)))
         verdict = f'<p class="verdict bad">{problems} decisions differ from the replay: {esc(parts)}.</p>'
     else:
-        verdict = (f'<p class="verdict ok">Every replayed decision matched the recorded one '
-                   f'({_int(s.get("matched"))} matched).</p>')
+        verdict = (
+            f'<p class="verdict ok">Every replayed decision matched the recorded one '
+            f"({_int(s.get('matched'))} matched).</p>"
+        )
     return (
         "<header><h1>loopwarden audit</h1>"
         f'<p class="muted">Events from <b>{esc(r.get("from") or "the beginning")}</b> to '
-        f'<b>{esc(r.get("to") or "the end")}</b>; runs looked back {esc(r.get("lookback_s", "—"))} s for '
-        f'their start. Topics: events <code>{esc(topics.get("events", "—"))}</code>, decisions '
-        f'<code>{esc(topics.get("decisions", "—"))}</code>. Generated at {esc(r.get("generated_at", "—"))}.</p>'
+        f"<b>{esc(r.get('to') or 'the end')}</b>; runs looked back {esc(r.get('lookback_s', '—'))} s for "
+        f"their start. Topics: events <code>{esc(topics.get('events', '—'))}</code>, decisions "
+        f"<code>{esc(topics.get('decisions', '—'))}</code>. Generated at {esc(r.get('generated_at', '—'))}.</p>"
         f"{verdict}</header>"
     )
 
@@ -180,8 +196,10 @@ def _summary(summary: dict) -> str:
             extra.append(_counts_table(key, key, value))
             continue
         alert = " alert" if key in PROBLEMS + ("partial_runs",) and _int(value) else ""
-        cards.append(f'<div class="stat{alert}"><span class="label">{esc(LABELS.get(key, key))}</span>'
-                     f'{_keyed("span", key, value)}</div>')
+        cards.append(
+            f'<div class="stat{alert}"><span class="label">{esc(LABELS.get(key, key))}</span>'
+            f"{_keyed('span', key, value)}</div>"
+        )
     return f'<section id="summary"><h2>Summary</h2><div class="stats">{"".join(cards)}</div>{"".join(extra)}</section>'
 
 
@@ -189,8 +207,9 @@ def _counts_table(title: str, prefix: str, counts: dict, total: int | None = Non
     rows = []
     for name, n in counts.items():
         share = f"{100 * n / total:.1f}%" if total and isinstance(n, int | float) else ""
-        rows.append(f"<tr><td>{esc(name)}</td>{_keyed('td', f'{prefix}.{name}', n, 'n')}"
-                    f'<td class="n muted">{share}</td></tr>')
+        rows.append(
+            f'<tr><td>{esc(name)}</td>{_keyed("td", f"{prefix}.{name}", n, "n")}<td class="n muted">{share}</td></tr>'
+        )
     body = "".join(rows) or '<tr><td colspan="3" class="muted">none</td></tr>'
     head = '<tr><th>name</th><th class="n">decisions</th><th></th></tr>'
     return f"<div><h3>{esc(title)}</h3><table>{head}{body}</table></div>"
@@ -208,8 +227,10 @@ def _action_table(title: str, what: str, table: dict) -> str:
         rows.append(f'<tr><td>{esc(name)}</td>{cells}<td class="n">{sum(_int(c.get(a)) for a in ACTIONS)}</td></tr>')
     head = "".join(f'<th class="n act act-{a}">{a}</th>' for a in ACTIONS)
     body = "".join(rows) or '<tr><td colspan="6" class="muted">none</td></tr>'
-    return (f'<div><h3>{esc(title)}</h3><div class="scroll"><table><tr><th>{esc(what)}</th>{head}'
-            f'<th class="n">total</th></tr>{body}</table></div></div>')
+    return (
+        f'<div><h3>{esc(title)}</h3><div class="scroll"><table><tr><th>{esc(what)}</th>{head}'
+        f'<th class="n">total</th></tr>{body}</table></div></div>'
+    )
 
 
 def _decisions(report: dict) -> str:
@@ -219,7 +240,7 @@ def _decisions(report: dict) -> str:
         '<section id="decisions"><h2>Replayed decisions</h2><div class="grid">'
         + _counts_table("By action", "by_action", s.get("by_action") or {}, total)
         + _counts_table("By detector (not allowed)", "by_detector", s.get("by_detector") or {})
-        + "</div><div class=\"grid\">"
+        + '</div><div class="grid">'
         + _action_table("By agent", "agent", report.get("by_agent") or {})
         + _action_table("By tool", "tool", report.get("by_tool") or {})
         + "</div></section>"
@@ -229,12 +250,19 @@ def _decisions(report: dict) -> str:
 def _what_if(summary: dict) -> str:
     w = summary.get("what_if")
     if not isinstance(w, dict):
-        return ('<section id="what-if"><h2>What-if</h2><p class="muted">No what-if config was given '
-                f'(what_if: {_keyed("span", "what_if", w)}).</p></section>')
-    cards = "".join(f'<div class="stat"><span class="label">{esc(WHAT_IF_LABELS.get(k, k))}</span>'
-                    f'{_keyed("span", f"what_if.{k}", v)}</div>' for k, v in w.items())
-    return ('<section id="what-if"><h2>What-if</h2><p class="muted">Replayed under another config, '
-            f'compared with what was decided.</p><div class="stats">{cards}</div></section>')
+        return (
+            '<section id="what-if"><h2>What-if</h2><p class="muted">No what-if config was given '
+            f"(what_if: {_keyed('span', 'what_if', w)}).</p></section>"
+        )
+    cards = "".join(
+        f'<div class="stat"><span class="label">{esc(WHAT_IF_LABELS.get(k, k))}</span>'
+        f"{_keyed('span', f'what_if.{k}', v)}</div>"
+        for k, v in w.items()
+    )
+    return (
+        '<section id="what-if"><h2>What-if</h2><p class="muted">Replayed under another config, '
+        f'compared with what was decided.</p><div class="stats">{cards}</div></section>'
+    )
 
 
 def _chart(points: list) -> str:
@@ -247,8 +275,10 @@ def _chart(points: list) -> str:
         parsed.append((t, _int(p.get("warn")), _int(p.get("block")), _int(p.get("abort"))))
     note = f' <span class="muted">({unreadable} points with an unreadable minute left out)</span>' if unreadable else ""
     if not parsed:
-        return ('<section id="per-minute"><h2>Warnings, blocks and aborts per minute</h2>'
-                f'<p class="muted">No warnings, blocks or aborts.{note}</p></section>')
+        return (
+            '<section id="per-minute"><h2>Warnings, blocks and aborts per minute</h2>'
+            f'<p class="muted">No warnings, blocks or aborts.{note}</p></section>'
+        )
     parsed.sort()
     first, last = parsed[0][0], parsed[-1][0]
     span = (last - first) // 60 + 1
@@ -264,12 +294,16 @@ def _chart(points: list) -> str:
     bw = pw / len(bars)
     gap = 1 if bw >= 4 else 0
     fmt = "%H:%M" if last - first < 86400 else "%m-%d %H:%M"
-    out = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
-           f'aria-label="warnings, blocks and aborts per {step} minute(s)">']
+    out = [
+        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="warnings, blocks and aborts per {step} minute(s)">'
+    ]
     for frac in (0, 0.5, 1):
         y = top_pad + ph * (1 - frac)
-        out.append(f'<line class="axis" x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}"/>'
-                   f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{_tick(top * frac)}</text>')
+        out.append(
+            f'<line class="axis" x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{_tick(top * frac)}</text>'
+        )
     for i, (w, b, a) in enumerate(bars):
         if not w + b + a:
             continue
@@ -281,8 +315,10 @@ def _chart(points: list) -> str:
             if n:
                 h = ph * n / top
                 y -= h
-                rects.append(f'<rect class="bar-{cls}" x="{x:.2f}" y="{y:.2f}" width="{max(bw - gap, 0.5):.2f}" '
-                             f'height="{h:.2f}"/>')
+                rects.append(
+                    f'<rect class="bar-{cls}" x="{x:.2f}" y="{y:.2f}" width="{max(bw - gap, 0.5):.2f}" '
+                    f'height="{h:.2f}"/>'
+                )
         out.append(f"<g><title>{label} UTC (+{step} min): {w} warn, {b} block, {a} abort</title>{''.join(rects)}</g>")
     for k in range(6):
         i = round(k * (len(bars) - 1) / 5) if len(bars) > 1 else 0
@@ -293,9 +329,11 @@ def _chart(points: list) -> str:
     out.append("</svg>")
     start = datetime.fromtimestamp(first, UTC).strftime("%Y-%m-%d %H:%M")
     end = datetime.fromtimestamp(last, UTC).strftime("%Y-%m-%d %H:%M")
-    legend = ('<p class="muted"><span class="sw sw-warn"></span>warn<span class="sw sw-block"></span>block'
-              f'<span class="sw sw-abort"></span>abort — UTC, {start} to {end}, one bar per {step} minute(s), '
-              f"{len(parsed)} minutes with any of them.{note}</p>")
+    legend = (
+        '<p class="muted"><span class="sw sw-warn"></span>warn<span class="sw sw-block"></span>block'
+        f'<span class="sw sw-abort"></span>abort — UTC, {start} to {end}, one bar per {step} minute(s), '
+        f"{len(parsed)} minutes with any of them.{note}</p>"
+    )
     return f'<section id="per-minute"><h2>Warnings, blocks and aborts per minute</h2>{"".join(out)}{legend}</section>'
 
 
@@ -316,7 +354,7 @@ def _tick(v: float) -> str:
 def _decision_cell(d: Any, cls: str = "") -> str:
     attr = f' class="{cls}"' if cls else ""
     if not isinstance(d, dict):
-        return f"<td{attr}><span class=\"muted\">—</span></td>"
+        return f'<td{attr}><span class="muted">—</span></td>'
     action = d.get("action")
     kind = action if action in ACTIONS else "other"
     parts = [f'<span class="act act-{kind}">{esc(action)}</span>']
@@ -349,41 +387,56 @@ def _run(run: dict, with_what_if: bool, is_open: bool) -> str:
         problem = status in PROBLEMS
         short, full = _fmt_ts(e.get("ts"))
         rec, rep, wif = e.get("recorded"), e.get("replayed"), e.get("what_if")
-        cells = [f'<td class="n">{esc(e.get("seq", ""))}</td>', f'<td title="{esc(full)}">{esc(short)}</td>',
-                 f'<td>{esc(e.get("type", ""))}</td>', f'<td>{esc(e.get("tool_name") or "")}</td>',
-                 f'<td>{esc(status) if status else "<span class=muted>—</span>"}</td>',
-                 _decision_cell(rec, "diff" if problem else ""), _decision_cell(rep, "diff" if problem else "")]
+        cells = [
+            f'<td class="n">{esc(e.get("seq", ""))}</td>',
+            f'<td title="{esc(full)}">{esc(short)}</td>',
+            f"<td>{esc(e.get('type', ''))}</td>",
+            f"<td>{esc(e.get('tool_name') or '')}</td>",
+            f"<td>{esc(status) if status else '<span class=muted>—</span>'}</td>",
+            _decision_cell(rec, "diff" if problem else ""),
+            _decision_cell(rep, "diff" if problem else ""),
+        ]
         if with_what_if:
             base = rec if rec is not None else rep
             changed = wif is not None and _verdict(wif) != _verdict(base)
             cells.append(_decision_cell(wif, "whatif-diff" if changed else ""))
-        rows.append(f'<tr{" class=problem" if problem else ""}>{"".join(cells)}</tr>')
-    head = ("<tr><th class=n>seq</th><th>time (UTC)</th><th>event</th><th>tool</th><th>status</th>"
-            "<th>recorded</th><th>replayed</th>" + ("<th>what-if</th>" if with_what_if else "") + "</tr>")
+        rows.append(f"<tr{' class=problem' if problem else ''}>{''.join(cells)}</tr>")
+    head = (
+        "<tr><th class=n>seq</th><th>time (UTC)</th><th>event</th><th>tool</th><th>status</th>"
+        "<th>recorded</th><th>replayed</th>" + ("<th>what-if</th>" if with_what_if else "") + "</tr>"
+    )
     truncated = _int(run.get("truncated"))
     cut = f'<p class="muted">{truncated} earlier entries left out.</p>' if truncated else ""
     agent = run.get("agent_id")
-    return (f'<details class="run" data-search="{esc(search.lower())}"{" open" if is_open else ""}>'
-            f'<summary><code>{esc(run.get("run_id", ""))}</code>'
-            f' <span class="muted">gateway</span> {esc(run.get("gateway_id", ""))} <span class="muted">agent</span> '
-            f'{esc(agent if agent is not None else "(default)")} {badges} <span class="muted">{len(timeline)} entries'
-            f'</span></summary>{cut}<div class="scroll"><table>{head}{"".join(rows)}</table></div></details>')
+    return (
+        f'<details class="run" data-search="{esc(search.lower())}"{" open" if is_open else ""}>'
+        f"<summary><code>{esc(run.get('run_id', ''))}</code>"
+        f' <span class="muted">gateway</span> {esc(run.get("gateway_id", ""))} <span class="muted">agent</span> '
+        f'{esc(agent if agent is not None else "(default)")} {badges} <span class="muted">{len(timeline)} entries'
+        f'</span></summary>{cut}<div class="scroll"><table>{head}{"".join(rows)}</table></div></details>'
+    )
 
 
 def _runs(report: dict) -> str:
     runs = [r for r in report.get("runs") or [] if isinstance(r, dict)]
     if not runs:
-        return ('<section id="runs"><h2>Flagged runs</h2><p class="muted">No run had a mismatch, a block or an '
-                "abort.</p></section>")
+        return (
+            '<section id="runs"><h2>Flagged runs</h2><p class="muted">No run had a mismatch, a block or an '
+            "abort.</p></section>"
+        )
     with_what_if = isinstance((report.get("summary") or {}).get("what_if"), dict)
-    tools = ('<div class="tools"><input id="run-filter" type="search" placeholder="filter by run, gateway, agent or '
-             'flag" aria-label="filter runs"> <button type="button" data-open="1">open all</button> '
-             '<button type="button" data-open="0">close all</button> <span class="muted"><span id="runs-shown">'
-             f'{len(runs)}</span> of {len(runs)} shown</span></div>')
+    tools = (
+        '<div class="tools"><input id="run-filter" type="search" placeholder="filter by run, gateway, agent or '
+        'flag" aria-label="filter runs"> <button type="button" data-open="1">open all</button> '
+        '<button type="button" data-open="0">close all</button> <span class="muted"><span id="runs-shown">'
+        f"{len(runs)}</span> of {len(runs)} shown</span></div>"
+    )
     body = "".join(_run(r, with_what_if, i < OPEN_RUNS) for i, r in enumerate(runs))
-    return (f'<section id="runs"><h2>Flagged runs</h2><p class="muted">Runs with a mismatch, a block or an abort: '
-            f"their calls, results and verdicts, recorded beside replayed{' and what-if' if with_what_if else ''}."
-            f"</p>{tools}{body}</section>")
+    return (
+        f'<section id="runs"><h2>Flagged runs</h2><p class="muted">Runs with a mismatch, a block or an abort: '
+        f"their calls, results and verdicts, recorded beside replayed{' and what-if' if with_what_if else ''}."
+        f"</p>{tools}{body}</section>"
+    )
 
 
 def _configs(configs: list) -> str:
@@ -394,9 +447,11 @@ def _configs(configs: list) -> str:
         agents = c.get("agents") or {}
         rows = "".join(f"<tr><td>{esc(a)}</td><td><code>{esc(h)}</code></td></tr>" for a, h in agents.items())
         table = f"<table><tr><th>agent</th><th>resolved config</th></tr>{rows}</table>" if rows else ""
-        items.append(f'<article class="config"><h3><code>{esc(c.get("config_hash", ""))}</code></h3>'
-                     f'<p class="muted">from {esc(c.get("source", "—"))}</p>{table}<pre>{esc(c.get("text", ""))}</pre>'
-                     "</article>")
+        items.append(
+            f'<article class="config"><h3><code>{esc(c.get("config_hash", ""))}</code></h3>'
+            f'<p class="muted">from {esc(c.get("source", "—"))}</p>{table}<pre>{esc(c.get("text", ""))}</pre>'
+            "</article>"
+        )
     body = "".join(items) or '<p class="muted">No config recorded.</p>'
     return f'<section id="configs"><h2>Configs used</h2>{body}</section>'
 
@@ -408,11 +463,16 @@ def render(report: dict) -> str:
     r = report.get("range") or {}
     title = f"loopwarden audit {r.get('from') or ''} – {r.get('to') or ''}".strip()
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
-        + _header(report) + _summary(summary) + _decisions(report) + _what_if(summary)
-        + _chart(report.get("per_minute") or []) + _runs(report) + _configs(report.get("configs") or [])
+        + _header(report)
+        + _summary(summary)
+        + _decisions(report)
+        + _what_if(summary)
+        + _chart(report.get("per_minute") or [])
+        + _runs(report)
+        + _configs(report.get("configs") or [])
         + f"<script>{JS}</script></body></html>\n"
     )

@@ -38,8 +38,9 @@ class TopicRange:
         self.consumer = consumer
         try:
             if self.topic not in await consumer.topics():  # a metadata request for every topic
-                raise BrokerError(f"topic {self.topic} does not exist on {s.bootstrap} "
-                                  "(check --bootstrap and --topic-prefix)")
+                raise BrokerError(
+                    f"topic {self.topic} does not exist on {s.bootstrap} (check --bootstrap and --topic-prefix)"
+                )
             found = consumer.partitions_for_topic(self.topic)
             if not found:  # topics() reads the metadata without keeping it: the client's own copy
                 await consumer._client.force_metadata_update()

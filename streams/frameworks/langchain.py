@@ -69,8 +69,13 @@ class LoopwardenMiddleware(AgentMiddleware):
 
     state_schema = LoopwardenState
 
-    def __init__(self, client: GatewayClient, *, agent_id: str | None = None,
-                 on_decision: Callable[[Decision], None] | None = None) -> None:
+    def __init__(
+        self,
+        client: GatewayClient,
+        *,
+        agent_id: str | None = None,
+        on_decision: Callable[[Decision], None] | None = None,
+    ) -> None:
         super().__init__()
         self.client = client
         self.agent_id = agent_id
@@ -107,22 +112,29 @@ class LoopwardenMiddleware(AgentMiddleware):
         if stops_run(d):
             await self._stop(d)
         if d.action == "block":
-            return ToolMessage(content=d.message or "Blocked by loopwarden.", tool_call_id=call_id, name=name,
-                               status="error")
+            return ToolMessage(
+                content=d.message or "Blocked by loopwarden.", tool_call_id=call_id, name=name, status="error"
+            )
         try:
             out = await handler(request)
         except Exception as exc:
-            await self.client.result(run_id, name, args, tool_call_id=call_id, agent_id=agent_id,
-                                     error=f"{type(exc).__name__}: {exc}")
+            await self.client.result(
+                run_id, name, args, tool_call_id=call_id, agent_id=agent_id, error=f"{type(exc).__name__}: {exc}"
+            )
             raise
         if isinstance(out, ToolMessage):
             text = text_of(out.content)
             if out.status == "error":
                 await self.client.result(run_id, name, args, tool_call_id=call_id, agent_id=agent_id, error=text)
             else:
-                await self.client.result(run_id, name, args, tool_call_id=call_id, agent_id=agent_id,
-                                         result=as_result(text, out.artifact if isinstance(out.artifact, dict)
-                                                          else None))
+                await self.client.result(
+                    run_id,
+                    name,
+                    args,
+                    tool_call_id=call_id,
+                    agent_id=agent_id,
+                    result=as_result(text, out.artifact if isinstance(out.artifact, dict) else None),
+                )
             if d.action == "warn" and d.message:
                 out = out.model_copy(update={"content": _append(out.content, d.message)})
         else:  # a Command: the tool updated the state itself; its outcome is not text
@@ -159,8 +171,10 @@ class LoopwardenMiddleware(AgentMiddleware):
         for candidate in (getattr(info, "run_id", None), getattr(info, "thread_id", None)):
             if candidate:
                 return str(candidate)
-        raise LoopwardenError("LoopwardenMiddleware found no run id: use it in create_agent(middleware=[...]), "
-                              "whose before_agent hook sets one")
+        raise LoopwardenError(
+            "LoopwardenMiddleware found no run id: use it in create_agent(middleware=[...]), "
+            "whose before_agent hook sets one"
+        )
 
     def _agent_id(self, runtime: Any) -> str | None:
         if self.agent_id:

@@ -44,12 +44,16 @@ from typing import Any
 try:
     from agents import FunctionTool, Runner
     from agents.tool_guardrails import (
-        ToolGuardrailFunctionOutput, ToolInputGuardrailData, ToolOutputGuardrailData, tool_input_guardrail,
+        ToolGuardrailFunctionOutput,
+        ToolInputGuardrailData,
+        ToolOutputGuardrailData,
+        tool_input_guardrail,
         tool_output_guardrail,
     )
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError("streams.frameworks.openai_agents needs the OpenAI Agents SDK: "
-                      "pip install 'loopwarden[openai-agents]'") from exc
+    raise ImportError(
+        "streams.frameworks.openai_agents needs the OpenAI Agents SDK: pip install 'loopwarden[openai-agents]'"
+    ) from exc
 
 import msgspec
 
@@ -66,8 +70,13 @@ class LoopwardenGuard:
     """See the module docstring. `on_decision`, if given, is called with every decision
     (a degraded one included) before the guardrail acts on it."""
 
-    def __init__(self, client: GatewayClient, *, agent_id: str | None = None,
-                 on_decision: Callable[[Decision], None] | None = None) -> None:
+    def __init__(
+        self,
+        client: GatewayClient,
+        *,
+        agent_id: str | None = None,
+        on_decision: Callable[[Decision], None] | None = None,
+    ) -> None:
         self.client = client
         self.agent_id = agent_id
         self.on_decision = on_decision
@@ -81,10 +90,14 @@ class LoopwardenGuard:
         out = []
         for t in tools:
             if isinstance(t, FunctionTool):
-                t.tool_input_guardrails = [self.input_guardrail,
-                                           *[g for g in t.tool_input_guardrails or () if g is not self.input_guardrail]]
-                t.tool_output_guardrails = [self.output_guardrail, *[
-                    g for g in t.tool_output_guardrails or () if g is not self.output_guardrail]]
+                t.tool_input_guardrails = [
+                    self.input_guardrail,
+                    *[g for g in t.tool_input_guardrails or () if g is not self.input_guardrail],
+                ]
+                t.tool_output_guardrails = [
+                    self.output_guardrail,
+                    *[g for g in t.tool_output_guardrails or () if g is not self.output_guardrail],
+                ]
             out.append(t)
         return out
 
@@ -112,8 +125,13 @@ class LoopwardenGuard:
     async def _before(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         ctx = data.context
         run_id = _run_id()
-        d = await self.client.check(run_id, ctx.tool_name, params_of(ctx.tool_arguments), tool_call_id=ctx.tool_call_id,
-                                    agent_id=self.agent_id or _agent_id(data.agent))
+        d = await self.client.check(
+            run_id,
+            ctx.tool_name,
+            params_of(ctx.tool_arguments),
+            tool_call_id=ctx.tool_call_id,
+            agent_id=self.agent_id or _agent_id(data.agent),
+        )
         if self.on_decision is not None:
             self.on_decision(d)
         info = msgspec.to_builtins(d)
@@ -129,8 +147,14 @@ class LoopwardenGuard:
         ctx = data.context
         run_id = _run_id()
         warning = self._warnings.pop((run_id, ctx.tool_call_id), None)
-        await self.client.result(run_id, ctx.tool_name, params_of(ctx.tool_arguments), tool_call_id=ctx.tool_call_id,
-                                 agent_id=self.agent_id or _agent_id(data.agent), result=as_result(data.output))
+        await self.client.result(
+            run_id,
+            ctx.tool_name,
+            params_of(ctx.tool_arguments),
+            tool_call_id=ctx.tool_call_id,
+            agent_id=self.agent_id or _agent_id(data.agent),
+            result=as_result(data.output),
+        )
         aborted = self.client.aborted.get(run_id)
         if aborted is not None:  # an abort answered to an earlier result of this run
             if self.on_decision is not None:
@@ -144,8 +168,10 @@ class LoopwardenGuard:
 def _run_id() -> str:
     rid = _RUN.get()
     if rid is None:
-        raise LoopwardenError("a loopwarden-guarded tool ran outside a run scope: run the agent with "
-                              "`await guard.run(agent, input)` or inside `async with guard.scope():`")
+        raise LoopwardenError(
+            "a loopwarden-guarded tool ran outside a run scope: run the agent with "
+            "`await guard.run(agent, input)` or inside `async with guard.scope():`"
+        )
     return rid
 
 

@@ -24,10 +24,15 @@ from .simulate import simulate
 from .top import Top, show
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "config.json5"
-FALLBACK_CONFIG = {"tools": {"loopDetection": {"enabled": True}},
-                   "agents": {"list": [{"id": "main", "default": True},
-                                       {"id": BREAKER_AGENT,
-                                        "tools": {"loopDetection": {"detectors": {"genericRepeat": False}}}}]}}
+FALLBACK_CONFIG = {
+    "tools": {"loopDetection": {"enabled": True}},
+    "agents": {
+        "list": [
+            {"id": "main", "default": True},
+            {"id": BREAKER_AGENT, "tools": {"loopDetection": {"detectors": {"genericRepeat": False}}}},
+        ]
+    },
+}
 
 
 def _exit_on_signal(signum, frame) -> None:
@@ -51,14 +56,27 @@ def run_demo(args) -> int:
         if not config.exists():
             config = work / "config.json"
             config.write_text(json.dumps(FALLBACK_CONFIG))
-        worker = Worker(["--bootstrap", bootstrap, "--topic-prefix", prefix, "--config", str(config),
-                         "--data-dir", str(work / "data")], work / "worker.log")
+        worker = Worker(
+            [
+                "--bootstrap",
+                bootstrap,
+                "--topic-prefix",
+                prefix,
+                "--config",
+                str(config),
+                "--data-dir",
+                str(work / "data"),
+            ],
+            work / "worker.log",
+        )
         port = worker.port
         print(f"starting a worker on {bootstrap} (log: {worker.log})...", file=sys.stderr)
         worker.start()
         settings = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
-        print(f"fleet of {args.gateways} gateways for {args.seconds:g}s; metrics at http://127.0.0.1:{port}/metrics",
-              file=sys.stderr)
+        print(
+            f"fleet of {args.gateways} gateways for {args.seconds:g}s; metrics at http://127.0.0.1:{port}/metrics",
+            file=sys.stderr,
+        )
         report = asyncio.run(_fleet(settings, args, f"http://127.0.0.1:{port}/metrics"))
         print(json.dumps(report.summary(), indent=2))
         return 0

@@ -67,8 +67,14 @@ class Worker:
     output appended to `log`. start() may be called again after the process has exited:
     the same command, the same port and log."""
 
-    def __init__(self, args: Sequence[str], log: Path, port: int | None = None, cwd: Path | None = None,
-                 stop_timeout: float = STOP_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        args: Sequence[str],
+        log: Path,
+        port: int | None = None,
+        cwd: Path | None = None,
+        stop_timeout: float = STOP_TIMEOUT_S,
+    ) -> None:
         self.port = port or free_port()
         self.stop_timeout = stop_timeout
         self.log = Path(log)
@@ -79,8 +85,14 @@ class Worker:
 
     def start(self, wait: bool = True, timeout: float = READY_TIMEOUT_S) -> Worker:
         with open(self.log, "ab") as out:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         cwd=self.cwd, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
         self.starts += 1
         if wait:
             try:

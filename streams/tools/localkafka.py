@@ -24,9 +24,9 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from ..errors import BrokerError
 
@@ -59,8 +59,16 @@ def fetch(quiet: bool = True) -> Path:
     if shutil.which("java") is None:
         raise BrokerError("java is not installed; the local Kafka broker needs Java 17")
     libs.mkdir(parents=True, exist_ok=True)
-    cmd = ["mvn", "-B", "-f", str(POM), "dependency:copy-dependencies", "-DincludeScope=runtime",
-           f"-Dkafka.version={KAFKA_VERSION}", f"-DoutputDirectory={libs}"]
+    cmd = [
+        "mvn",
+        "-B",
+        "-f",
+        str(POM),
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-Dkafka.version={KAFKA_VERSION}",
+        f"-DoutputDirectory={libs}",
+    ]
     if quiet:
         cmd.insert(1, "-q")
     p = subprocess.run(cmd, capture_output=quiet, text=True)
@@ -152,7 +160,9 @@ class SaslSsl:
     def check(self) -> None:
         bad = [m for m in self.mechanisms if m not in SCRAM_MECHANISMS]
         if bad or not self.mechanisms:
-            raise BrokerError(f"SASL mechanisms must be among {', '.join(SCRAM_MECHANISMS)}, got {list(self.mechanisms)}")
+            raise BrokerError(
+                f"SASL mechanisms must be among {', '.join(SCRAM_MECHANISMS)}, got {list(self.mechanisms)}"
+            )
         if not self.users:
             raise BrokerError("a SASL_SSL listener needs at least one SCRAM user")
         for name in self.users:
@@ -160,8 +170,10 @@ class SaslSsl:
             if not name or '"' in name or not name.isprintable():
                 raise BrokerError(f"SCRAM user name {name!r} cannot be used (empty, a quote or a control character)")
         if not self.keystore_password.isprintable() or "\\" in self.keystore_password:
-            raise BrokerError("the keystore password cannot hold a backslash or a control character "
-                              "(it goes into server.properties as it is)")
+            raise BrokerError(
+                "the keystore password cannot hold a backslash or a control character "
+                "(it goes into server.properties as it is)"
+            )
         if not Path(self.keystore).is_file():
             raise BrokerError(f"the keystore {self.keystore} does not exist")
 
@@ -177,11 +189,12 @@ class Broker:
     sasl_ssl: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps({"bootstrap": self.bootstrap, "pid": self.pid, "workdir": str(self.workdir),
-                           "sasl_ssl": self.sasl_ssl})
+        return json.dumps(
+            {"bootstrap": self.bootstrap, "pid": self.pid, "workdir": str(self.workdir), "sasl_ssl": self.sasl_ssl}
+        )
 
     @staticmethod
-    def from_file(path: Path) -> "Broker":
+    def from_file(path: Path) -> Broker:
         d = json.loads(path.read_text())
         return Broker(d["bootstrap"], d["pid"], Path(d["workdir"]), d.get("sasl_ssl"))
 
@@ -203,16 +216,27 @@ def _scram_credential(mechanism: str, name: str, password: str) -> str:
     salt = os.urandom(16)
     salted = hashlib.pbkdf2_hmac(algo, password.encode(), salt, SCRAM_ITERATIONS)
     b64 = base64.b64encode
-    return (f'{mechanism}=[name="{name}",iterations={SCRAM_ITERATIONS},'
-            f'salt="{b64(salt).decode()}",saltedpassword="{b64(salted).decode()}"]')
+    return (
+        f'{mechanism}=[name="{name}",iterations={SCRAM_ITERATIONS},'
+        f'salt="{b64(salt).decode()}",saltedpassword="{b64(salted).decode()}"]'
+    )
 
 
 def _java(libs: Path, heap: str, *args: str, full_jit: bool = False) -> list[str]:
     # The quick JIT tier only: a test broker starts and answers sooner; benchmarks want
     # the optimizing compiler too, for the CPU the broker takes from the 2 cores.
     jit = [] if full_jit else ["-XX:TieredStopAtLevel=1"]
-    return ["java", f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseSerialGC", *jit,
-            "-Djava.awt.headless=true", "-cp", f"{libs}/*", *args]
+    return [
+        "java",
+        f"-Xmx{heap}",
+        f"-Xms{heap}",
+        "-XX:+UseSerialGC",
+        *jit,
+        "-Djava.awt.headless=true",
+        "-cp",
+        f"{libs}/*",
+        *args,
+    ]
 
 
 def answers(bootstrap: str, timeout: float = 1.0) -> bool:
@@ -248,8 +272,15 @@ def running(workdir: Path) -> Broker | None:
     return broker if b"kafka.Kafka" in cmdline and props in cmdline else None
 
 
-def start(workdir: Path, port: int | None = None, heap: str = DEFAULT_HEAP, timeout: float = 90.0,
-          full_jit: bool = False, fresh: bool = False, sasl_ssl: SaslSsl | None = None) -> Broker:
+def start(
+    workdir: Path,
+    port: int | None = None,
+    heap: str = DEFAULT_HEAP,
+    timeout: float = 90.0,
+    full_jit: bool = False,
+    fresh: bool = False,
+    sasl_ssl: SaslSsl | None = None,
+) -> Broker:
     """Start a broker in `workdir` and return it.
 
     A folder that already holds a formatted broker (see `formatted`) gets that broker
@@ -299,8 +330,9 @@ def _listeners(port: int, cport: int, sport: int | None) -> dict[str, str]:
     return {"listeners": listeners, "advertised": advertised, "protocols": protocols}
 
 
-def _start_new(workdir: Path, port: int | None, heap: str, timeout: float, full_jit: bool,
-               sasl_ssl: SaslSsl | None) -> Broker:
+def _start_new(
+    workdir: Path, port: int | None, heap: str, timeout: float, full_jit: bool, sasl_ssl: SaslSsl | None
+) -> Broker:
     libs = fetch()
     keystore = None if sasl_ssl is None else Path(sasl_ssl.keystore).read_bytes()  # it may be in workdir/tls
     _remove_broker_files(workdir)  # what an attempt that failed before formatting left behind
@@ -317,11 +349,14 @@ def _start_new(workdir: Path, port: int | None, heap: str, timeout: float, full_
         tls = workdir / "tls"
         tls.mkdir(mode=0o700)
         (tls / "broker.p12").write_bytes(keystore)
-        text += _SASL_SSL_PROPERTIES.format(mechanisms=",".join(sasl_ssl.mechanisms), keystore=tls / "broker.p12",
-                                            password=sasl_ssl.keystore_password)
+        text += _SASL_SSL_PROPERTIES.format(
+            mechanisms=",".join(sasl_ssl.mechanisms), keystore=tls / "broker.p12", password=sasl_ssl.keystore_password
+        )
         for m in sasl_ssl.mechanisms:
-            text += (f"listener.name.sasl_ssl.{m.lower()}.sasl.jaas.config="
-                     "org.apache.kafka.common.security.scram.ScramLoginModule required;\n")
+            text += (
+                f"listener.name.sasl_ssl.{m.lower()}.sasl.jaas.config="
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;\n"
+            )
             for name, password in sasl_ssl.users.items():
                 scram += ["--add-scram", _scram_credential(m, name, password)]
     # The config holds the keystore password when there is one: only its owner reads it.
@@ -330,9 +365,19 @@ def _start_new(workdir: Path, port: int | None, heap: str, timeout: float, full_
         f.write(text)
     logcfg = f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}"
     fmt = subprocess.run(
-        _java(libs, "256m", logcfg, "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}",
-              "-c", str(props), *scram),
-        capture_output=True, text=True,
+        _java(
+            libs,
+            "256m",
+            logcfg,
+            "kafka.tools.StorageTool",
+            "format",
+            f"--cluster-id={_cluster_id()}",
+            "-c",
+            str(props),
+            *scram,
+        ),
+        capture_output=True,
+        text=True,
     )
     if fmt.returncode != 0:
         raise BrokerError(f"formatting the KRaft storage failed: {(fmt.stderr or fmt.stdout)[-800:]}")
@@ -351,27 +396,35 @@ def _recorded_ports(props: Path) -> dict[str, int]:
     return out
 
 
-def _restart(workdir: Path, port: int | None, heap: str, timeout: float, full_jit: bool,
-             sasl_ssl: SaslSsl | None) -> Broker:
+def _restart(
+    workdir: Path, port: int | None, heap: str, timeout: float, full_jit: bool, sasl_ssl: SaslSsl | None
+) -> Broker:
     live = running(workdir)
     if live is not None:
         return live
     props = workdir / "server.properties"
     ports = _recorded_ports(props)
     if port is not None and port != ports.get("PLAINTEXT"):
-        raise BrokerError(f"the broker in {workdir} listens on port {ports.get('PLAINTEXT')}, not {port}; "
-                          "start it without a port, or with fresh=True (--fresh) to make a new one")
+        raise BrokerError(
+            f"the broker in {workdir} listens on port {ports.get('PLAINTEXT')}, not {port}; "
+            "start it without a port, or with fresh=True (--fresh) to make a new one"
+        )
     if sasl_ssl is not None and "SASL_SSL" not in ports:
-        raise BrokerError(f"the broker in {workdir} was made without a SASL_SSL listener; "
-                          "start it with fresh=True (--fresh) to make a new one")
+        raise BrokerError(
+            f"the broker in {workdir} was made without a SASL_SSL listener; "
+            "start it with fresh=True (--fresh) to make a new one"
+        )
     if sasl_ssl is not None and sasl_ssl.port is not None and sasl_ssl.port != ports["SASL_SSL"]:
-        raise BrokerError(f"the broker in {workdir} has its SASL_SSL listener on port {ports['SASL_SSL']}, "
-                          f"not {sasl_ssl.port}")
+        raise BrokerError(
+            f"the broker in {workdir} has its SASL_SSL listener on port {ports['SASL_SSL']}, not {sasl_ssl.port}"
+        )
     for name in ("PLAINTEXT", "SASL_SSL"):
         if name in ports and not port_free(ports[name]):
-            raise BrokerError(f"port {ports[name]} of the broker in {workdir} ({name}) is taken by another "
-                              "process; free it to restart the broker with its data at the same address, "
-                              "or start with fresh=True (--fresh) for a new broker on new ports")
+            raise BrokerError(
+                f"port {ports[name]} of the broker in {workdir} ({name}) is taken by another "
+                "process; free it to restart the broker with its data at the same address, "
+                "or start with fresh=True (--fresh) for a new broker on new ports"
+            )
     libs = fetch()
     cport = ports["CONTROLLER"]
     if not port_free(cport):  # only the broker itself uses it: move it
@@ -380,8 +433,9 @@ def _restart(workdir: Path, port: int | None, heap: str, timeout: float, full_ji
     return _launch(workdir, libs, heap, timeout, full_jit, ports["PLAINTEXT"], ports.get("SASL_SSL"))
 
 
-def _launch(workdir: Path, libs: Path, heap: str, timeout: float, full_jit: bool, port: int,
-            sport: int | None) -> Broker:
+def _launch(
+    workdir: Path, libs: Path, heap: str, timeout: float, full_jit: bool, port: int, sport: int | None
+) -> Broker:
     log = workdir / "broker.log"
     seen = log.stat().st_size if log.exists() else 0  # a restart appends to the log of earlier runs
     props = workdir / "server.properties"
@@ -389,7 +443,10 @@ def _launch(workdir: Path, libs: Path, heap: str, timeout: float, full_jit: bool
     with open(workdir / "stdout.log", "ab") as out:
         proc = subprocess.Popen(
             _java(libs, heap, logcfg, "kafka.Kafka", str(props), full_jit=full_jit),
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
     broker = Broker(f"127.0.0.1:{port}", proc.pid, workdir, None if sport is None else f"127.0.0.1:{sport}")
     (workdir / "broker.json").write_text(broker.to_json())
@@ -439,8 +496,9 @@ def stop(broker: Broker, timeout: float = 30.0) -> None:
 def _openssl(*args: str, env: Mapping[str, str] | None = None) -> None:
     if shutil.which("openssl") is None:
         raise BrokerError("openssl is not installed; it makes the test CA and the broker's keystore")
-    p = subprocess.run(["openssl", *args], capture_output=True, text=True,
-                       env=None if env is None else {**os.environ, **env})
+    p = subprocess.run(
+        ["openssl", *args], capture_output=True, text=True, env=None if env is None else {**os.environ, **env}
+    )
     if p.returncode != 0:
         raise BrokerError(f"openssl {args[0]} failed: {(p.stderr or p.stdout)[-800:]}")
 
@@ -451,14 +509,36 @@ def make_ca(folder: Path, name: str = "loopwarden test CA", days: int = 2) -> tu
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     cert, key = folder / "ca.pem", folder / "ca.key"
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-             "-days", str(days), "-subj", f"/CN={name}",
-             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(cert),
+        "-days",
+        str(days),
+        "-subj",
+        f"/CN={name}",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    )
     return cert, key
 
 
-def make_keystore(ca_cert: Path, ca_key: Path, folder: Path, password: str, days: int = 2,
-                  hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> Path:
+def make_keystore(
+    ca_cert: Path,
+    ca_key: Path,
+    folder: Path,
+    password: str,
+    days: int = 2,
+    hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
+) -> Path:
     """The broker's PKCS12 keystore in `folder`: a new key and a certificate for `hosts`
     (the subject alternative names clients check) signed by the CA, with the CA's
     certificate in the chain. Returns its path."""
@@ -466,14 +546,57 @@ def make_keystore(ca_cert: Path, ca_key: Path, folder: Path, password: str, days
     folder.mkdir(parents=True, exist_ok=True)
     key, csr, cert, ext = (folder / n for n in ("broker.key", "broker.csr", "broker.pem", "broker.ext"))
     san = ",".join(f"IP:{h}" if re.fullmatch(r"[0-9.]+|[0-9a-fA-F:]+", h) else f"DNS:{h}" for h in hosts)
-    ext.write_text(f"subjectAltName={san}\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,"
-                   "keyEncipherment\nextendedKeyUsage=serverAuth\n")
-    _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
-             "-subj", f"/CN={hosts[0]}")
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key), "-set_serial",
-             str(int.from_bytes(os.urandom(8), "big")), "-days", str(days), "-extfile", str(ext), "-out", str(cert))
+    ext.write_text(
+        f"subjectAltName={san}\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,"
+        "keyEncipherment\nextendedKeyUsage=serverAuth\n"
+    )
+    _openssl(
+        "req",
+        "-new",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+        "-subj",
+        f"/CN={hosts[0]}",
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca_cert),
+        "-CAkey",
+        str(ca_key),
+        "-set_serial",
+        str(int.from_bytes(os.urandom(8), "big")),
+        "-days",
+        str(days),
+        "-extfile",
+        str(ext),
+        "-out",
+        str(cert),
+    )
     store = folder / "broker.p12"
-    _openssl("pkcs12", "-export", "-inkey", str(key), "-in", str(cert), "-certfile", str(ca_cert), "-name", "broker",
-             "-out", str(store), "-passout", "env:LOOPWARDEN_KEYSTORE_PASSWORD",
-             env={"LOOPWARDEN_KEYSTORE_PASSWORD": password})
+    _openssl(
+        "pkcs12",
+        "-export",
+        "-inkey",
+        str(key),
+        "-in",
+        str(cert),
+        "-certfile",
+        str(ca_cert),
+        "-name",
+        "broker",
+        "-out",
+        str(store),
+        "-passout",
+        "env:LOOPWARDEN_KEYSTORE_PASSWORD",
+        env={"LOOPWARDEN_KEYSTORE_PASSWORD": password},
+    )
     return store

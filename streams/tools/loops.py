@@ -79,15 +79,18 @@ def _unknown(i: int, rng: random.Random) -> Step:
 NORMAL = Kind("normal", None, _normal)
 # The loops, in the order the simulator deals them out; the first four need no agent
 # config and no compaction (benchmarks/trace.py uses those).
-LOOPS: dict[str, Kind] = {k.name: k for k in (
-    Kind("generic_repeat", "generic_repeat", _repeat),
-    Kind("known_poll_no_progress", "known_poll_no_progress", _poll),
-    Kind("ping_pong", "ping_pong", _ping_pong),
-    Kind("unknown_tool_repeat", "unknown_tool_repeat", _unknown),
-    # the repeat after a compaction: the post-compaction guard aborts it within its window
-    Kind("compaction_loop_persisted", "compaction_loop_persisted", _repeat, compaction_at=3),
-    # the repeat with genericRepeat switched off: only the breaker stops it
-    Kind("global_circuit_breaker", "global_circuit_breaker", _repeat, agent_id=BREAKER_AGENT),
-)}
+LOOPS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("generic_repeat", "generic_repeat", _repeat),
+        Kind("known_poll_no_progress", "known_poll_no_progress", _poll),
+        Kind("ping_pong", "ping_pong", _ping_pong),
+        Kind("unknown_tool_repeat", "unknown_tool_repeat", _unknown),
+        # the repeat after a compaction: the post-compaction guard aborts it within its window
+        Kind("compaction_loop_persisted", "compaction_loop_persisted", _repeat, compaction_at=3),
+        # the repeat with genericRepeat switched off: only the breaker stops it
+        Kind("global_circuit_breaker", "global_circuit_breaker", _repeat, agent_id=BREAKER_AGENT),
+    )
+}
 KINDS: dict[str, Kind] = {NORMAL.name: NORMAL, **LOOPS}
 PLAIN_LOOPS = tuple(k.name for k in LOOPS.values() if k.agent_id is None and k.compaction_at is None)

@@ -47,12 +47,20 @@ class Report:
             "seconds": round(elapsed, 1),
             "checks": self.checks,
             "checks_per_s": round(self.checks / elapsed, 1) if elapsed else 0,
-            "latency_ms": {"p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99),
-                           "max": round(lat[-1] * 1000, 2) if lat else None},
-            "loops": {k: {"injected": self.injected.get(k, 0), "caught": self.caught.get(k, 0),
-                          "recall": (round(self.caught.get(k, 0) / self.injected[k], 4)
-                                     if self.injected.get(k) else None)}
-                      for k in LOOPS},
+            "latency_ms": {
+                "p50": pct(0.50),
+                "p95": pct(0.95),
+                "p99": pct(0.99),
+                "max": round(lat[-1] * 1000, 2) if lat else None,
+            },
+            "loops": {
+                k: {
+                    "injected": self.injected.get(k, 0),
+                    "caught": self.caught.get(k, 0),
+                    "recall": (round(self.caught.get(k, 0) / self.injected[k], 4) if self.injected.get(k) else None),
+                }
+                for k in LOOPS
+            },
             "normal_runs": self.normal_runs,
             "normal_runs_wrongly_flagged": self.normal_flagged,
             "degraded_decisions": self.degraded,
@@ -62,8 +70,16 @@ class Report:
 class Agent:
     """One scripted run on one gateway."""
 
-    def __init__(self, client: GatewayClient, run_id: str, kind: str, rng: random.Random, think: tuple[float, float],
-                 report: Report, on_decision: Callable[[Decision], None] | None) -> None:
+    def __init__(
+        self,
+        client: GatewayClient,
+        run_id: str,
+        kind: str,
+        rng: random.Random,
+        think: tuple[float, float],
+        report: Report,
+        on_decision: Callable[[Decision], None] | None,
+    ) -> None:
         self.c, self.run_id, self.kind, self.rng, self.think = client, run_id, kind, rng, think
         self.report, self.on_decision = report, on_decision
 
@@ -108,9 +124,18 @@ class Agent:
             self.report.caught[self.kind] = self.report.caught.get(self.kind, 0) + caught
 
 
-async def simulate(settings: Settings, gateways: int, runs: int, seconds: float, loop_share: float = 0.3,
-                   think_ms: tuple[float, float] = (5, 50), seed: int = 1, timeout_s: float = 5.0,
-                   on_decision: Callable[[Decision], None] | None = None, progress: bool = True) -> Report:
+async def simulate(
+    settings: Settings,
+    gateways: int,
+    runs: int,
+    seconds: float,
+    loop_share: float = 0.3,
+    think_ms: tuple[float, float] = (5, 50),
+    seed: int = 1,
+    timeout_s: float = 5.0,
+    on_decision: Callable[[Decision], None] | None = None,
+    progress: bool = True,
+) -> Report:
     report = Report()
     deadline = time.monotonic() + seconds
     kinds = list(LOOPS)
@@ -136,10 +161,14 @@ async def simulate(settings: Settings, gateways: int, runs: int, seconds: float,
             await asyncio.sleep(1.0)
             s = report.summary()
             caught = sum(report.caught.values())
-            print(f"\r{s['seconds']:6.0f}s  checks {s['checks']:7d} ({s['checks_per_s']:.0f}/s)  "
-                  f"p99 {s['latency_ms']['p99']} ms  loops caught {caught}/{sum(report.injected.values())}  "
-                  f"normal flagged {report.normal_flagged}/{report.normal_runs}   ",
-                  end="", file=sys.stderr, flush=True)
+            print(
+                f"\r{s['seconds']:6.0f}s  checks {s['checks']:7d} ({s['checks_per_s']:.0f}/s)  "
+                f"p99 {s['latency_ms']['p99']} ms  loops caught {caught}/{sum(report.injected.values())}  "
+                f"normal flagged {report.normal_flagged}/{report.normal_runs}   ",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
 
     tick = asyncio.create_task(ticker()) if progress else None
     try:
@@ -153,8 +182,19 @@ async def simulate(settings: Settings, gateways: int, runs: int, seconds: float,
 
 def main_simulate(settings: Settings, args) -> int:
     lo, _, hi = args.think_ms.partition(":")
-    rep = asyncio.run(simulate(settings, args.gateways, args.runs, args.seconds, args.loop_share,
-                               (float(lo), float(hi or lo)), args.seed, args.timeout, progress=not args.quiet))
+    rep = asyncio.run(
+        simulate(
+            settings,
+            args.gateways,
+            args.runs,
+            args.seconds,
+            args.loop_share,
+            (float(lo), float(hi or lo)),
+            args.seed,
+            args.timeout,
+            progress=not args.quiet,
+        )
+    )
     print(json.dumps(rep.summary(), indent=2))
     ok = rep.normal_flagged == 0 and all(rep.caught.get(k, 0) == v for k, v in rep.injected.items())
     return 0 if ok else 2  # cli.ExitCode.FOUND

@@ -20,7 +20,8 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from detectors.wire import Decision, decode_decision
 
@@ -47,8 +48,13 @@ class TopState:
     rates are not underestimated while less than a window has passed. Times are seconds
     since the epoch; a decision's time is its Kafka record timestamp."""
 
-    def __init__(self, start: float | None = None, forget_after: float = FORGET_AFTER_S,
-                 max_runs: int = 10_000, dedup: int = 200_000) -> None:
+    def __init__(
+        self,
+        start: float | None = None,
+        forget_after: float = FORGET_AFTER_S,
+        max_runs: int = 10_000,
+        dedup: int = 200_000,
+    ) -> None:
         self.start = start
         self.forget_after = forget_after
         self.max_runs = max_runs
@@ -145,10 +151,19 @@ class TopState:
         if d.action in FLAGGED:
             self.runs.pop(d.run_id, None)  # re-inserted: the dict stays in order of last flag
             self.runs[d.run_id] = {
-                "run_id": d.run_id, "gateway_id": d.gateway_id, "agent_id": d.agent_id, "tool_name": d.tool_name,
-                "paired_tool_name": d.paired_tool_name, "action": d.action, "level": d.level,
-                "detector": d.detector, "count": d.count, "message": d.message, "seq": d.seq,
-                "since": r["since"] if r else ts, "last_seen": ts,
+                "run_id": d.run_id,
+                "gateway_id": d.gateway_id,
+                "agent_id": d.agent_id,
+                "tool_name": d.tool_name,
+                "paired_tool_name": d.paired_tool_name,
+                "action": d.action,
+                "level": d.level,
+                "detector": d.detector,
+                "count": d.count,
+                "message": d.message,
+                "seq": d.seq,
+                "since": r["since"] if r else ts,
+                "last_seen": ts,
             }
             if len(self.runs) > self.max_runs:
                 del self.runs[next(iter(self.runs))]
@@ -179,9 +194,14 @@ class TopState:
         for rid in [rid for rid, r in self.runs.items() if now - r["last_seen"] > self.forget_after]:
             del self.runs[rid]
         rows = sorted(self.runs.values(), key=lambda r: r["last_seen"], reverse=True)
-        return [{**{k: v for k, v in r.items() if k not in ("since", "last_seen")},
-                 "age_s": round(max(0.0, now - r["last_seen"]), 1),
-                 "looping_for_s": round(max(0.0, r["last_seen"] - r["since"]), 1)} for r in rows]
+        return [
+            {
+                **{k: v for k, v in r.items() if k not in ("since", "last_seen")},
+                "age_s": round(max(0.0, now - r["last_seen"]), 1),
+                "looping_for_s": round(max(0.0, r["last_seen"] - r["since"]), 1),
+            }
+            for r in rows
+        ]
 
     def snapshot(self, now: float) -> dict[str, Any]:
         self._prune(now)
@@ -196,23 +216,36 @@ class TopState:
             if key[0] == "detector":
                 by_det.setdefault(key[1], {a: 0.0 for a in FLAGGED})[key[2]] = round(n * scale, 2)
         gateways = {
-            gw: {"decisions": c["decisions"], "blocks": c["blocks"],
-                 "calls_per_s": round(recent["gateway", gw] / rate_span, 2),
-                 "blocks_per_min": round(minute["blocks", gw] * scale, 2)}
+            gw: {
+                "decisions": c["decisions"],
+                "blocks": c["blocks"],
+                "calls_per_s": round(recent["gateway", gw] / rate_span, 2),
+                "blocks_per_min": round(minute["blocks", gw] * scale, 2),
+            }
             for gw, c in sorted(self.gateways.items())
         }
         dead = None
         if self.dead_letters is not None:
             reasons = {k[1]: round(n * scale, 2) for k, n in minute.items() if k[0] == "dead"}
-            dead = {"total": sum(self.dead_letters.values()), "by_reason": dict(sorted(self.dead_letters.items())),
-                    "per_minute": round(sum(reasons.values()), 2), "per_minute_by_reason": dict(sorted(reasons.items()))}
+            dead = {
+                "total": sum(self.dead_letters.values()),
+                "by_reason": dict(sorted(self.dead_letters.items())),
+                "per_minute": round(sum(reasons.values()), 2),
+                "per_minute_by_reason": dict(sorted(reasons.items())),
+            }
         workers = []
         for url, w in sorted(self.workers.items()):
             lags = w["lags"]
-            workers.append({"url": url, "reachable": lags is not None,
-                            "lag": sum(lags.values()) if lags is not None else None,
-                            "partitions": {str(p): n for p, n in sorted(lags.items())} if lags is not None else None,
-                            "error": w["error"], "age_s": round(max(0.0, now - w["at"]), 1)})
+            workers.append(
+                {
+                    "url": url,
+                    "reachable": lags is not None,
+                    "lag": sum(lags.values()) if lags is not None else None,
+                    "partitions": {str(p): n for p, n in sorted(lags.items())} if lags is not None else None,
+                    "error": w["error"],
+                    "age_s": round(max(0.0, now - w["at"]), 1),
+                }
+            )
         runs = self.looping(now)
         return {
             "at": round(now, 3),
@@ -233,6 +266,7 @@ class TopState:
 
 
 # --- pure helpers ------------------------------------------------------------------------
+
 
 def parse_lags(text: str) -> dict[int, int]:
     """`loopwarden_consumer_lag{partition=...}` of one worker's /metrics text."""
@@ -277,13 +311,19 @@ class Top:
     """Reads the decisions and dead-letter topics (every partition, no consumer group)
     into a TopState, and scrapes the workers' /metrics."""
 
-    def __init__(self, settings: Settings, start: float | str = "now", worker_metrics: Iterable[str] = (),
-                 forget_after: float = FORGET_AFTER_S) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        start: float | str = "now",
+        worker_metrics: Iterable[str] = (),
+        forget_after: float = FORGET_AFTER_S,
+    ) -> None:
         self.settings = settings
         self.start = start
         self.urls = [metrics_url(u) for u in worker_metrics]
-        self.state = TopState(None if start == "beginning" else (start if isinstance(start, float) else None),
-                              forget_after=forget_after)
+        self.state = TopState(
+            None if start == "beginning" else (start if isinstance(start, float) else None), forget_after=forget_after
+        )
         self.consumer = None
         self.assigned: list = []
         self.ends: dict = {}
@@ -307,8 +347,9 @@ class Top:
         except OSError as exc:
             raise SettingsError(f"cannot load the TLS files (--ssl-cafile {self.settings.ssl_cafile}): {exc}") from None
         try:
-            self.consumer = AIOKafkaConsumer(**kw, group_id=None, enable_auto_commit=False,
-                                             auto_offset_reset="latest", max_poll_records=5000)
+            self.consumer = AIOKafkaConsumer(
+                **kw, group_id=None, enable_auto_commit=False, auto_offset_reset="latest", max_poll_records=5000
+            )
         except ValueError as exc:
             raise SettingsError(f"cannot connect with these settings: {exc}") from None
         with connect_errors() as seen:
@@ -327,8 +368,10 @@ class Top:
             self._missed = True
         if not ok and require:
             await self.close()
-            raise BrokerError(f"topic {self.topic} does not exist on {self.settings.bootstrap} "
-                              f"(is --topic-prefix {self.settings.topic_prefix!r} the workers' prefix?)")
+            raise BrokerError(
+                f"topic {self.topic} does not exist on {self.settings.bootstrap} "
+                f"(is --topic-prefix {self.settings.topic_prefix!r} the workers' prefix?)"
+            )
         if not self.state.start and self.start == "now":
             self.state.start = time.time()
         return ok
@@ -413,8 +456,12 @@ class Top:
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         snap = self.state.snapshot(time.time() if now is None else now)
-        return {"topic": self.topic, "deadletter_topic": self.settings.deadletter_topic if self.deadletters else None,
-                "watching": bool(self.assigned), **snap}
+        return {
+            "topic": self.topic,
+            "deadletter_topic": self.settings.deadletter_topic if self.deadletters else None,
+            "watching": bool(self.assigned),
+            **snap,
+        }
 
     async def close(self) -> None:
         if self.consumer is not None:
@@ -422,8 +469,16 @@ class Top:
             self.consumer = None
 
 
-async def show(top: Top, stop: asyncio.Event, *, seconds: float | None = None, mode: str = "live",
-               screen: bool = False, console=None, refresh_s: float = 1.0) -> dict[str, Any]:
+async def show(
+    top: Top,
+    stop: asyncio.Event,
+    *,
+    seconds: float | None = None,
+    mode: str = "live",
+    screen: bool = False,
+    console=None,
+    refresh_s: float = 1.0,
+) -> dict[str, Any]:
     """Refresh the view about once a second until `stop` is set or `seconds` have passed.
 
     mode: "live" (rich, in place), "plain" (one summary line a refresh, for a pipe) or
@@ -468,8 +523,15 @@ async def show(top: Top, stop: asyncio.Event, *, seconds: float | None = None, m
             from rich.live import Live
 
             console = console or Console()
-            with Live(console=console, screen=screen, auto_refresh=False, transient=False,
-                      redirect_stdout=False, redirect_stderr=False, vertical_overflow="crop") as live:
+            with Live(
+                console=console,
+                screen=screen,
+                auto_refresh=False,
+                transient=False,
+                redirect_stdout=False,
+                redirect_stderr=False,
+                vertical_overflow="crop",
+            ) as live:
                 while True:
                     snap = top.snapshot()
                     live.update(render(snap, console.size.width, console.size.height), refresh=True)

@@ -42,7 +42,7 @@ def cut_middle(s: str, w: int) -> str:
         return s[:w]
     head = (w - 1) // 2
     tail = w - 1 - head
-    return s[:head] + ELLIPSIS + s[len(s) - tail:]
+    return s[:head] + ELLIPSIS + s[len(s) - tail :]
 
 
 def short_detector(name: str, w: int) -> str:
@@ -168,11 +168,25 @@ def runs_table(runs: list[dict[str, Any]], width: int):
 
     rows = [_cells(r) for r in runs]
     cols = run_columns(rows, width)
-    t = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, expand=False,
-              header_style="bold", collapse_padding=True)
+    t = Table(
+        box=None,
+        padding=(0, 1, 0, 0),
+        pad_edge=False,
+        show_edge=False,
+        expand=False,
+        header_style="bold",
+        collapse_padding=True,
+    )
     for c, w in cols:
-        t.add_column(c.header if len(c.header) <= w else c.header[:w], width=w, min_width=w, max_width=w,
-                     no_wrap=True, overflow="crop", justify=c.justify)
+        t.add_column(
+            c.header if len(c.header) <= w else c.header[:w],
+            width=w,
+            min_width=w,
+            max_width=w,
+            no_wrap=True,
+            overflow="crop",
+            justify=c.justify,
+        )
     for r in rows:
         cells = []
         for c, w in cols:
@@ -196,8 +210,9 @@ def _detector_table(snap: dict[str, Any], width: int):
     from rich.table import Table
 
     per_min = snap.get("per_minute_by_detector") or {}
-    names = sorted(set(snap.get("detectors") or {}) | set(per_min),
-                   key=lambda d: (-(snap.get("detectors") or {}).get(d, 0), d))
+    names = sorted(
+        set(snap.get("detectors") or {}) | set(per_min), key=lambda d: (-(snap.get("detectors") or {}).get(d, 0), d)
+    )
     if not names:
         return None
     name_w = min(25, max(len(n) for n in names))
@@ -209,8 +224,13 @@ def _detector_table(snap: dict[str, Any], width: int):
         t.add_column(h, justify="right", no_wrap=True)
     for d in names:
         m = per_min.get(d) or {}
-        t.add_row(short_detector(d, name_w), fmt_rate(m.get("warn", 0.0)), fmt_rate(m.get("block", 0.0)),
-                  fmt_rate(m.get("abort", 0.0)), f"{(snap.get('detectors') or {}).get(d, 0):,}")
+        t.add_row(
+            short_detector(d, name_w),
+            fmt_rate(m.get("warn", 0.0)),
+            fmt_rate(m.get("block", 0.0)),
+            fmt_rate(m.get("abort", 0.0)),
+            f"{(snap.get('detectors') or {}).get(d, 0):,}",
+        )
     return t
 
 
@@ -250,7 +270,9 @@ def _workers_line(snap: dict[str, Any]) -> str:
         parts.append("dead letters - (no dead-letter topic)")
     else:
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(dl["by_reason"].items(), key=lambda kv: -kv[1]))
-        parts.append(f"dead letters {fmt_rate(dl['per_minute'])}/min ({dl['total']:,} seen{': ' + reasons if reasons else ''})")
+        parts.append(
+            f"dead letters {fmt_rate(dl['per_minute'])}/min ({dl['total']:,} seen{': ' + reasons if reasons else ''})"
+        )
     return "  ·  ".join(parts)
 
 
@@ -310,8 +332,14 @@ def render(snap: dict[str, Any], width: int, height: int | None = None):
         room = max(3, height - lines - 3)  # the runs' title line, the table header, one spare
         shown = runs[:room]
     more = f", {len(runs) - len(shown)} not shown" if len(shown) < len(runs) else ""
-    parts += [Text(f"looping now: {len(runs)} run{'s' if len(runs) != 1 else ''}{more} (newest first)",
-                   style="bold", no_wrap=True, overflow="ellipsis")]
+    parts += [
+        Text(
+            f"looping now: {len(runs)} run{'s' if len(runs) != 1 else ''}{more} (newest first)",
+            style="bold",
+            no_wrap=True,
+            overflow="ellipsis",
+        )
+    ]
     if shown:
         parts.append(runs_table(shown, width))
     return Group(*parts)
@@ -328,6 +356,9 @@ def plain_line(snap: dict[str, Any]) -> str:
         latest = f"  latest: {r['action']} {r['detector']} {r['tool_name']} run {r['run_id']} gw {r['gateway_id']}"
     if not snap.get("watching", True):
         return f"{at} waiting for {snap.get('topic', 'the decisions topic')}"
-    return (f"{at} decisions {snap.get('decisions', 0)}, per s {fmt_rate(ps.get('total', 0.0))} (allow {fmt_rate(ps.get('allow', 0.0))} "
-            f"warn {fmt_rate(ps.get('warn', 0.0))} block {fmt_rate(ps.get('block', 0.0))} "
-            f"abort {fmt_rate(ps.get('abort', 0.0))})  looping {len(runs)}{latest}")
+    return (
+        f"{at} decisions {snap.get('decisions', 0)}, per s {fmt_rate(ps.get('total', 0.0))} "
+        f"(allow {fmt_rate(ps.get('allow', 0.0))} "
+        f"warn {fmt_rate(ps.get('warn', 0.0))} block {fmt_rate(ps.get('block', 0.0))} "
+        f"abort {fmt_rate(ps.get('abort', 0.0))})  looping {len(runs)}{latest}"
+    )

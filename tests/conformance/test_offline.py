@@ -14,7 +14,7 @@ CMD = [sys.executable, "-m", "streams.cli", "replay"]
 def first_difference(expected: list[dict], got: list[dict]) -> str | None:
     if len(expected) != len(got):
         return f"{len(got)} decisions, expected {len(expected)}"
-    for i, (e, g) in enumerate(zip(expected, got)):
+    for i, (e, g) in enumerate(zip(expected, got, strict=True)):
         for k, v in e.items():
             if g.get(k) != v:
                 return f"decision {i} (run {e.get('run_id')} seq {e.get('seq')}): {k}={g.get(k)!r}, expected {v!r}"
@@ -34,8 +34,12 @@ def test_scenario_through_replay_command(path, tmp_path):
     sc = json.loads(path.read_text())
     cfg, ev = write_scenario(sc, tmp_path)
     out = tmp_path / "decisions.jsonl"
-    p = subprocess.run(CMD + ["--config", str(cfg), "--input", str(ev), "--output", str(out)],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        CMD + ["--config", str(cfg), "--input", str(ev), "--output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     got = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
     assert first_difference(sc["decisions"], got) is None, first_difference(sc["decisions"], got)
@@ -44,7 +48,12 @@ def test_scenario_through_replay_command(path, tmp_path):
 def test_the_maintainers_checker_agrees():
     tool = ROOT.parent / "shared" / "tools" / "conformance_check.py"
     assert tool.exists(), tool
-    p = subprocess.run([sys.executable, str(tool), f"{sys.executable} -m streams.cli replay", str(conformance_dir())],
-                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    p = subprocess.run(
+        [sys.executable, str(tool), f"{sys.executable} -m streams.cli replay", str(conformance_dir())],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "scenarios pass" in p.stdout

@@ -30,16 +30,43 @@ class WorkerProcess(Worker):
     """`loopwarden worker` as a real child process (streams/tools/launch.py), on test
     topics, with a config file, its own data dir and a 6 s session timeout."""
 
-    def __init__(self, bootstrap: str, prefix: str, config: dict | None, tmp: Path, partitions: int = 8,
-                 name: str = "w", extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        prefix: str,
+        config: dict | None,
+        tmp: Path,
+        partitions: int = 8,
+        name: str = "w",
+        extra: tuple[str, ...] = (),
+    ) -> None:
         self.tmp = tmp
         port = free_port()
         cfg = tmp / f"config-{name}.json"
         cfg.write_text(json.dumps(config or {}))
-        super().__init__(["--bootstrap", bootstrap, "--topic-prefix", prefix, "--partitions", str(partitions),
-                          "--config", str(cfg), "--data-dir", str(tmp / f"data-{name}"), "--log-level", "info",
-                          "--session-timeout-s", "6", *extra],
-                         tmp / f"worker-{name}-{port}.log", port=port, cwd=ROOT, stop_timeout=30)
+        super().__init__(
+            [
+                "--bootstrap",
+                bootstrap,
+                "--topic-prefix",
+                prefix,
+                "--partitions",
+                str(partitions),
+                "--config",
+                str(cfg),
+                "--data-dir",
+                str(tmp / f"data-{name}"),
+                "--log-level",
+                "info",
+                "--session-timeout-s",
+                "6",
+                *extra,
+            ],
+            tmp / f"worker-{name}-{port}.log",
+            port=port,
+            cwd=ROOT,
+            stop_timeout=30,
+        )
 
 
 def setup_topics(bootstrap: str, prefix: str, partitions: int = 8) -> settings_mod.Settings:
@@ -73,8 +100,9 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]
 
 
 def event_records(events: list[dict]) -> list[tuple[bytes | None, bytes]]:
-    return [(e["run_id"].encode() if isinstance(e.get("run_id"), str) else None, json.dumps(e).encode())
-            for e in events]
+    return [
+        (e["run_id"].encode() if isinstance(e.get("run_id"), str) else None, json.dumps(e).encode()) for e in events
+    ]
 
 
 async def _consume(bootstrap: str, topic: str, want: int, timeout: float, settle: float):

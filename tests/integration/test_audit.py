@@ -25,8 +25,16 @@ from tests.integration.harness import (
 
 pytestmark = pytest.mark.integration
 
-LOWER = {"tools": {"loopDetection": {**CONFIG["tools"]["loopDetection"], "warningThreshold": 3,
-                                     "criticalThreshold": 5, "globalCircuitBreakerThreshold": 8}}}
+LOWER = {
+    "tools": {
+        "loopDetection": {
+            **CONFIG["tools"]["loopDetection"],
+            "warningThreshold": 3,
+            "criticalThreshold": 5,
+            "globalCircuitBreakerThreshold": 8,
+        }
+    }
+}
 
 
 def events(n: int = 1500, seed: int = 31) -> list[dict]:
@@ -38,8 +46,24 @@ def offline(evs: list[dict], config: dict) -> list[dict]:
 
 
 def audit(bootstrap: str, prefix: str, *args: str) -> tuple[int, dict]:
-    p = subprocess.run([sys.executable, "-m", "streams.cli", "audit", "--bootstrap", bootstrap, "--topic-prefix",
-                        prefix, "--json", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streams.cli",
+            "audit",
+            "--bootstrap",
+            bootstrap,
+            "--topic-prefix",
+            prefix,
+            "--json",
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode in (0, 2) and p.stdout, p.stderr
     return p.returncode, json.loads(p.stdout)
 
@@ -67,8 +91,7 @@ def test_a_recorded_fleet_audits_with_zero_mismatches(bootstrap, recorded, tmp_p
     s, evs, want, cfg = recorded
     html = tmp_path / "report.html"
     diff = tmp_path / "diff.jsonl"
-    code, out = audit(bootstrap, s.topic_prefix, "--worker-config", str(cfg), "--diff", str(diff),
-                      "--html", str(html))
+    code, out = audit(bootstrap, s.topic_prefix, "--worker-config", str(cfg), "--diff", str(diff), "--html", str(html))
     assert code == 0, out
     assert out["events"] == len(evs)
     assert out["decisions_recorded"] == out["decisions_replayed"] == out["matched"] == len(want)
@@ -127,8 +150,14 @@ def test_conflicting_and_unexpected_decisions_are_named(bootstrap, recorded, tmp
     victim = next(d for d in want if d["action"] == "allow")
     other = dict(victim, action="block", level="critical", detector="generic_repeat", count=99)
     ghost = dict(victim, run_id="ghost-run", seq=5, event_id="ghost-run:5")
-    produce(bootstrap, t.decisions_topic, [(other["gateway_id"].encode(), json.dumps(other).encode()),
-                                           (ghost["gateway_id"].encode(), json.dumps(ghost).encode())])
+    produce(
+        bootstrap,
+        t.decisions_topic,
+        [
+            (other["gateway_id"].encode(), json.dumps(other).encode()),
+            (ghost["gateway_id"].encode(), json.dumps(ghost).encode()),
+        ],
+    )
     diff = tmp_path / "diff.jsonl"
     code, out = audit(bootstrap, prefix, "--worker-config", str(cfg), "--diff", str(diff))
     assert code == 2
@@ -136,7 +165,8 @@ def test_conflicting_and_unexpected_decisions_are_named(bootstrap, recorded, tmp
     assert out["matched"] == len(want) - 1
     lines = [json.loads(x) for x in diff.read_text().splitlines()]
     assert sorted((x["kind"], x["event_id"]) for x in lines) == sorted(
-        [("conflicting", victim["event_id"]), ("unexpected", "ghost-run:5")])
+        [("conflicting", victim["event_id"]), ("unexpected", "ghost-run:5")]
+    )
 
 
 def test_events_whose_decisions_never_reached_the_topic_are_missing(bootstrap):
@@ -164,6 +194,7 @@ def _produce_at(bootstrap: str, records: list[tuple[str, bytes, bytes, int]]) ->
                 await p.send_and_wait(topic, value, key=key, timestamp_ms=ts)
         finally:
             await p.stop()
+
     asyncio.run(main())
 
 
@@ -175,11 +206,31 @@ def test_a_run_under_way_at_from_is_replayed_from_its_start_or_reported_partial(
     # One looping run from 3 h ago to now, its decisions recorded as a worker made them.
     evs = []
     for i in range(30):
-        evs.append({"type": "tool_call", "run_id": "long", "seq": 2 * i, "gateway_id": "gw-1", "tool_name": "read",
-                    "tool_call_id": f"c{i}", "params": {"path": "/x"}, "ts": now - 3 * hour + i * 6 * 60_000 - 180_000})
-        evs.append({"type": "tool_result", "run_id": "long", "seq": 2 * i + 1, "gateway_id": "gw-1",
-                    "tool_name": "read", "tool_call_id": f"c{i}", "params": {"path": "/x"}, "result": "same",
-                    "ts": now - 3 * hour + i * 6 * 60_000 - 179_000})
+        evs.append(
+            {
+                "type": "tool_call",
+                "run_id": "long",
+                "seq": 2 * i,
+                "gateway_id": "gw-1",
+                "tool_name": "read",
+                "tool_call_id": f"c{i}",
+                "params": {"path": "/x"},
+                "ts": now - 3 * hour + i * 6 * 60_000 - 180_000,
+            }
+        )
+        evs.append(
+            {
+                "type": "tool_result",
+                "run_id": "long",
+                "seq": 2 * i + 1,
+                "gateway_id": "gw-1",
+                "tool_name": "read",
+                "tool_call_id": f"c{i}",
+                "params": {"path": "/x"},
+                "result": "same",
+                "ts": now - 3 * hour + i * 6 * 60_000 - 179_000,
+            }
+        )
     on = {"tools": {"loopDetection": {"enabled": True}}}
     cfg = tmp_path / "on.json"
     cfg.write_text(json.dumps(on))

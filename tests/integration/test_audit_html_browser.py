@@ -58,12 +58,30 @@ class Browser:
         self.log_path = workdir / "chromium.log"
         self.log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--remote-debugging-port=0",
-             f"--user-data-dir={self.profile}", "--no-first-run", "--no-default-browser-check", "--disable-extensions",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>", f"--window-size={WIDTH},{HEIGHT}",
-             "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, start_new_session=True)
+            [
+                exe,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={self.profile}",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--disable-extensions",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--proxy-server=127.0.0.1:9",
+                "--proxy-bypass-list=<-loopback>",
+                f"--window-size={WIDTH},{HEIGHT}",
+                "about:blank",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=self.log,
+            start_new_session=True,
+        )
         self.events: list[dict] = []
         self._pending: dict[int, asyncio.Future] = {}
         self._next = 0
@@ -142,16 +160,26 @@ async def visit(browser: Browser, page: Path) -> dict:
             s = (await browser.call(ws, "Target.attachToTarget", targetId=target, flatten=True))["sessionId"]
             for domain in ("Runtime", "Log", "Network", "Page"):
                 await browser.call(ws, f"{domain}.enable", s)
-            await browser.call(ws, "Emulation.setDeviceMetricsOverride", s, width=WIDTH, height=HEIGHT,
-                               deviceScaleFactor=1, mobile=False)
+            await browser.call(
+                ws,
+                "Emulation.setDeviceMetricsOverride",
+                s,
+                width=WIDTH,
+                height=HEIGHT,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
             browser.events.clear()
             await browser.call(ws, "Page.navigate", s, url=page.as_uri())
             await asyncio.wait_for(browser.event("Page.loadEventFired"), 10)
             out = {
                 "probe": await browser.evaluate(ws, s, PROBE),
                 "filtered": await browser.evaluate(ws, s, FILTER),
-                "dom": (await browser.call(ws, "Runtime.evaluate", s, expression="document.documentElement.outerHTML",
-                                           returnByValue=True))["result"]["value"],
+                "dom": (
+                    await browser.call(
+                        ws, "Runtime.evaluate", s, expression="document.documentElement.outerHTML", returnByValue=True
+                    )
+                )["result"]["value"],
                 "png": base64.b64decode((await browser.call(ws, "Page.captureScreenshot", s, format="png"))["data"]),
             }
             await asyncio.sleep(0.2)  # late console messages, if any
@@ -167,8 +195,8 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, idat, header = 8, b"", None
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             header = struct.unpack(">IIBBBBB", body)
         elif kind == b"IDAT":
@@ -181,7 +209,7 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     stride = width * bpp
     rows, prev = [], bytearray(stride)
     for y in range(height):
-        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         if f == 1:
             for i in range(bpp, stride):
                 line[i] = (line[i] + line[i - bpp]) & 255
@@ -198,7 +226,7 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
                 line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
         rows.append(bytes(line))
         prev = line
-    return width, height, [r if bpp == 3 else b"".join(r[i:i + 3] for i in range(0, stride, 4)) for r in rows]
+    return width, height, [r if bpp == 3 else b"".join(r[i : i + 3] for i in range(0, stride, 4)) for r in rows]
 
 
 def test_the_report_in_headless_chromium(tmp_path):
@@ -216,18 +244,31 @@ def test_the_report_in_headless_chromium(tmp_path):
     # Nothing went wrong in the page and nothing was fetched but the page.
     events = out["events"]
     errors = [e["params"] for e in events if e["method"] == "Runtime.exceptionThrown"]
-    errors += [e["params"] for e in events
-               if e["method"] == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "warning", "assert")]
-    errors += [e["params"]["entry"] for e in events
-               if e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] in ("error", "warning")]
+    errors += [
+        e["params"]
+        for e in events
+        if e["method"] == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "warning", "assert")
+    ]
+    errors += [
+        e["params"]["entry"]
+        for e in events
+        if e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] in ("error", "warning")
+    ]
     assert errors == []
     requested = [e["params"]["request"]["url"] for e in events if e["method"] == "Network.requestWillBeSent"]
     assert requested == [page.as_uri()]
 
     # Its script ran, the hostile strings stayed text, and the filter of runs works.
     probe = out["probe"]
-    assert probe == {"ready": "1", "pwned": None, "images": 0, "scripts": 1, "runs": 2, "bars": probe["bars"],
-                     "overflows": False}
+    assert probe == {
+        "ready": "1",
+        "pwned": None,
+        "images": 0,
+        "scripts": 1,
+        "runs": 2,
+        "bars": probe["bars"],
+        "overflows": False,
+    }
     assert 0 < probe["bars"] <= 480
     assert out["filtered"] == [["run-abort"], "1"]
 
@@ -242,7 +283,7 @@ def test_the_report_in_headless_chromium(tmp_path):
     assert len(png) > 20_000
     width, height, rows = png_pixels(png)
     assert (width, height) == (WIDTH, HEIGHT)
-    pixels = [row[i:i + 3] for row in rows[::4] for i in range(0, len(row), 12)]  # a 320 x 225 sample
+    pixels = [row[i : i + 3] for row in rows[::4] for i in range(0, len(row), 12)]  # a 320 x 225 sample
     colours = set(pixels)
     background = max(colours, key=pixels.count)
     assert len(colours) > 50

@@ -16,14 +16,26 @@ from tests.integration.harness import consume, event_records, fresh_worker, prod
 
 pytestmark = pytest.mark.integration
 
-CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3}},
-          "loopwarden": {"runIdleTimeoutMs": 1000}}
+CONFIG = {
+    "tools": {"loopDetection": {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3}},
+    "loopwarden": {"runIdleTimeoutMs": 1000},
+}
 T0 = 1_780_000_000_000
 
 
 def calls(run: str, seqs: range, ts: int) -> list[dict]:
-    return [{"type": "tool_call", "run_id": run, "seq": i, "gateway_id": "gw-1", "tool_name": "read",
-             "params": {"path": "/x"}, "ts": ts + i} for i in seqs]
+    return [
+        {
+            "type": "tool_call",
+            "run_id": run,
+            "seq": i,
+            "gateway_id": "gw-1",
+            "tool_name": "read",
+            "params": {"path": "/x"},
+            "ts": ts + i,
+        }
+        for i in seqs
+    ]
 
 
 def metric(text: str, name: str) -> float:
@@ -32,8 +44,14 @@ def metric(text: str, name: str) -> float:
 
 
 def test_idle_runs_are_dropped_and_tombstoned(bootstrap, tmp_path, workers):
-    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG, partitions=1,
-                        extra=("--state-sweep-interval-s", "0.5", "--flush-interval-ms", "100"))
+    s, w = fresh_worker(
+        bootstrap,
+        tmp_path,
+        workers,
+        CONFIG,
+        partitions=1,
+        extra=("--state-sweep-interval-s", "0.5", "--flush-interval-ms", "100"),
+    )
     old = calls("idle-a", range(3), T0) + calls("idle-b", range(3), T0)
     fresh = calls("busy", range(3), T0 + 60_000)  # a minute later: a and b are idle past 2 x 1 s
     later = calls("idle-a", range(3, 5), T0 + 60_100)  # a comes back: it starts over, as offline
@@ -49,8 +67,10 @@ def test_idle_runs_are_dropped_and_tombstoned(bootstrap, tmp_path, workers):
     assert tomb[b"idle-a"] is None and tomb[b"idle-b"] is None and tomb[b"busy"] is not None
     produce(bootstrap, s.events_topic, event_records(later))
     everything = old + fresh + later
-    expected = [json.loads(encode(d)) for d in
-                replay([decode_event(json.dumps(e)) for e in everything], DetectionConfig(CONFIG))]
+    expected = [
+        json.loads(encode(d))
+        for d in replay([decode_event(json.dumps(e)) for e in everything], DetectionConfig(CONFIG))
+    ]
     got = [json.loads(m.value) for m in consume(bootstrap, s.decisions_topic, len(expected), timeout=30)]
     assert got == expected
     assert [d["action"] for d in got if d["run_id"] == "idle-a"] == ["allow", "allow", "warn", "allow", "allow"]
@@ -61,11 +81,22 @@ def test_warning_memory_is_bounded_in_a_worker(bootstrap, tmp_path, workers):
     # own (warningThreshold 2), so the run is warned under more keys than it may remember.
     s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG, partitions=1, extra=("--flush-interval-ms", "100"))
     n_keys = MAX_WARNING_KEYS + 44
-    events = [{"type": "tool_call", "run_id": "many-keys", "seq": seq, "gateway_id": "gw-1", "tool_name": "read",
-               "params": {"n": k}, "ts": T0 + seq} for seq, k in enumerate(k for k in range(n_keys) for _ in range(3))]
+    events = [
+        {
+            "type": "tool_call",
+            "run_id": "many-keys",
+            "seq": seq,
+            "gateway_id": "gw-1",
+            "tool_name": "read",
+            "params": {"n": k},
+            "ts": T0 + seq,
+        }
+        for seq, k in enumerate(k for k in range(n_keys) for _ in range(3))
+    ]
     produce(bootstrap, s.events_topic, event_records(events))
-    expected = [json.loads(encode(d)) for d in
-                replay([decode_event(json.dumps(e)) for e in events], DetectionConfig(CONFIG))]
+    expected = [
+        json.loads(encode(d)) for d in replay([decode_event(json.dumps(e)) for e in events], DetectionConfig(CONFIG))
+    ]
     got = [json.loads(m.value) for m in consume(bootstrap, s.decisions_topic, len(expected), timeout=60)]
     assert got == expected, w.tail()
     assert sum(d["action"] == "warn" for d in got) == n_keys

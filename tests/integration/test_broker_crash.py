@@ -15,7 +15,13 @@ from benchmarks.trace import generate
 from detectors import DetectionConfig, decode_event, encode, replay
 from streams.tools import localkafka
 from tests.integration.harness import (
-    WorkerProcess, consume, decisions_by_partition, event_records, new_prefix, produce, setup_topics,
+    WorkerProcess,
+    consume,
+    decisions_by_partition,
+    event_records,
+    new_prefix,
+    produce,
+    setup_topics,
 )
 from tests.integration.test_resilience import by_run, dedupe
 
@@ -48,8 +54,9 @@ def test_broker_killed_and_restarted(tmp_path, workers):
         expected = [json.loads(encode(d)) for d in replay([decode_event(json.dumps(e)) for e in events], cfg)]
         half = len(events) // 2
         produce(b, s.events_topic, event_records(events[:half]))
-        consume(b, s.decisions_topic, sum(1 for e in events[:half] if e["type"] == "tool_call") // 2, timeout=60,
-                settle=0)
+        consume(
+            b, s.decisions_topic, sum(1 for e in events[:half] if e["type"] == "tool_call") // 2, timeout=60, settle=0
+        )
         os.killpg(broker.pid, signal.SIGKILL)  # mid-stream
         os.waitpid(broker.pid, 0)  # the broker is this process's child: reap it
         st, took = wait_status(w, lambda x: x not in ("ok",), 20)
@@ -69,4 +76,3 @@ def test_broker_killed_and_restarted(tmp_path, workers):
         for w in workers:
             w.kill()
         localkafka.stop(broker)
-

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from detectors.config import load_config
 from detectors import replay
+from detectors.config import load_config
 from detectors.wire import ToolCall, decode_event
 from streams.client import FAIL_CLOSED, FAIL_OPEN, GatewayClient, partition_for
 from tests.integration.harness import consume, fresh_worker
@@ -37,9 +37,13 @@ async def script(client: GatewayClient, run: str, n: int = 7) -> list:
         out.append(d)
         if d.action == "block":
             continue
-        await client.result(run, "exec", {"command": "make", "retry": 1.0}, tool_call_id=f"{run}-{i}",
-                            result={"details": {"status": "failed", "exitCode": 2, "aggregated": "no rule",
-                                                "durationMs": i}})
+        await client.result(
+            run,
+            "exec",
+            {"command": "make", "retry": 1.0},
+            tool_call_id=f"{run}-{i}",
+            result={"details": {"status": "failed", "exitCode": 2, "aggregated": "no rule", "durationMs": i}},
+        )
     return out
 
 
@@ -48,14 +52,17 @@ def test_gateways_see_only_their_own_decisions_and_every_check_is_answered(boots
     a, b, c = gateways_sharing_a_partition()
 
     async def main():
-        async with GatewayClient(settings=s, gateway_id=a) as ca, GatewayClient(settings=s, gateway_id=b) as cb, \
-                GatewayClient(settings=s, gateway_id=c) as cc:
+        async with (
+            GatewayClient(settings=s, gateway_id=a) as ca,
+            GatewayClient(settings=s, gateway_id=b) as cb,
+            GatewayClient(settings=s, gateway_id=c) as cc,
+        ):
             runs = [(cl, f"{cl.gateway_id}-run-{k}") for cl in (ca, cb, cc) for k in range(10)]
             results = await asyncio.gather(*(script(cl, run) for cl, run in runs))
             return ca, cb, cc, runs, results
 
     ca, cb, cc, runs, results = asyncio.run(main())
-    for (cl, run), ds in zip(runs, results):
+    for (cl, run), ds in zip(runs, results, strict=True):
         assert [d.gateway_id for d in ds] == [cl.gateway_id] * 7
         assert [d.run_id for d in ds] == [run] * 7
         assert not any(d.degraded for d in ds)
@@ -69,8 +76,10 @@ def test_timeout_policy_both_ways_when_the_worker_is_down(bootstrap, tmp_path, w
     s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG)
 
     async def main():
-        async with GatewayClient(settings=s, gateway_id="gw-open", timeout_s=1.0, policy=FAIL_OPEN) as op, \
-                GatewayClient(settings=s, gateway_id="gw-closed", timeout_s=1.0, policy=FAIL_CLOSED) as cl:
+        async with (
+            GatewayClient(settings=s, gateway_id="gw-open", timeout_s=1.0, policy=FAIL_OPEN) as op,
+            GatewayClient(settings=s, gateway_id="gw-closed", timeout_s=1.0, policy=FAIL_CLOSED) as cl,
+        ):
             live = await op.check("r-open", "read", {"p": 1})
             w.stop()
             return live, await op.check("r-open", "read", {"p": 2}), await cl.check("r-closed", "read", {"p": 1})
@@ -85,13 +94,17 @@ def test_privacy_mode_and_raw_mode_decide_alike(bootstrap, tmp_path, workers):
     s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG)
 
     async def main():
-        async with GatewayClient(settings=s, gateway_id="gw-p", privacy=True) as p, \
-                GatewayClient(settings=s, gateway_id="gw-r", privacy=False) as r:
+        async with (
+            GatewayClient(settings=s, gateway_id="gw-p", privacy=True) as p,
+            GatewayClient(settings=s, gateway_id="gw-r", privacy=False) as r,
+        ):
             return await script(p, "same-run-p", 8), await script(r, "same-run-r", 8)
 
     private, raw = asyncio.run(main())
-    facts = lambda ds: [(d.action, d.level, d.detector, d.count, d.args_hash, d.warning_key, d.config_hash)  # noqa: E731
-                        for d in ds]
+
+    def facts(ds):
+        return [(d.action, d.level, d.detector, d.count, d.args_hash, d.warning_key, d.config_hash) for d in ds]
+
     assert facts(private) == facts(raw)
     assert [d.action for d in raw][-1] == "block"
 
@@ -125,13 +138,17 @@ def test_a_gateway_restarted_mid_run_gets_every_call_its_own_decision(bootstrap,
     decisions = before + after
     plan = first_plan + second_plan
     assert first.degraded == second.degraded == 0 and not any(d.degraded for d in decisions)
-    assert [(d.run_id, d.gateway_id, d.tool_name, d.tool_call_id) for d in decisions] == \
-        [(run, "gw-restart", tool, call_id) for tool, _, call_id in plan]
+    assert [(d.run_id, d.gateway_id, d.tool_name, d.tool_call_id) for d in decisions] == [
+        (run, "gw-restart", tool, call_id) for tool, _, call_id in plan
+    ]
     # The run went on across the restart: make after read after make is a ping-pong, the
     # 4th failing make a repeat, the 5th is blocked.
     assert [(d.action, d.detector, d.count) for d in decisions] == [("allow", None, None)] * 4 + [
-        ("warn", "ping_pong", 3), ("warn", "generic_repeat", 4), ("block", "generic_repeat", 5),
-        ("block", "generic_repeat", 5)]
+        ("warn", "ping_pong", 3),
+        ("warn", "generic_repeat", 4),
+        ("block", "generic_repeat", 5),
+        ("block", "generic_repeat", 5),
+    ]
 
     # The events as sent (one run: one partition, in order), with the seqs the clients used.
     want = len(decisions) + sum(d.action != "block" for d in decisions)
@@ -140,9 +157,14 @@ def test_a_gateway_restarted_mid_run_gets_every_call_its_own_decision(bootstrap,
     assert len(events) == want
     seqs = [ev.seq for ev in events]
     assert seqs == sorted(set(seqs)), "seqs must increase strictly within the run, across the restart"
-    assert min(d.seq for d in after) > max(seqs[:len(before) * 2])
+    assert min(d.seq for d in after) > max(seqs[: len(before) * 2])
     sent_calls = [ev for ev in events if isinstance(ev, ToolCall)]
     for d, ev in zip(decisions, sent_calls, strict=True):
-        assert (d.seq, d.event_id, d.tool_name, d.tool_call_id, d.args_hash) == \
-            (ev.seq, f"{run}:{ev.seq}", ev.tool_name, ev.tool_call_id, ev.args_hash)
+        assert (d.seq, d.event_id, d.tool_name, d.tool_call_id, d.args_hash) == (
+            ev.seq,
+            f"{run}:{ev.seq}",
+            ev.tool_name,
+            ev.tool_call_id,
+            ev.args_hash,
+        )
     assert replay(events, load_config(json.dumps(CONFIG))) == decisions

@@ -35,18 +35,31 @@ CMD = [sys.executable, "-m", "streams.cli", "config"]
 
 
 def cli(args: list[str], bootstrap: str, prefix: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CMD, *args, "--bootstrap", bootstrap, "--topic-prefix", prefix], cwd=ROOT,
-                          capture_output=True, text=True, timeout=90)
+    return subprocess.run(
+        [*CMD, *args, "--bootstrap", bootstrap, "--topic-prefix", prefix],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
 
 
 def config_text(warning: int, critical: int) -> bytes:
-    return json.dumps({"tools": {"loopDetection": {"enabled": True, "warningThreshold": warning,
-                                                   "criticalThreshold": critical}}}).encode()
+    return json.dumps(
+        {"tools": {"loopDetection": {"enabled": True, "warningThreshold": warning, "criticalThreshold": critical}}}
+    ).encode()
 
 
 def call(run: str, seq: int, tool: str = "read") -> dict:
-    return {"type": "tool_call", "run_id": run, "seq": seq, "gateway_id": "gw-1", "tool_name": tool,
-            "params": {"path": "a.txt"}, "ts": 1_700_000_000_000 + seq}
+    return {
+        "type": "tool_call",
+        "run_id": run,
+        "seq": seq,
+        "gateway_id": "gw-1",
+        "tool_name": tool,
+        "params": {"path": "a.txt"},
+        "ts": 1_700_000_000_000 + seq,
+    }
 
 
 def decided(bootstrap: str, topic: str, want: int) -> list[dict]:
@@ -61,9 +74,26 @@ class FollowingWorker(Worker):
 
     def __init__(self, bootstrap: str, prefix: str, tmp, name: str = "f") -> None:
         port = free_port()
-        super().__init__(["--bootstrap", bootstrap, "--topic-prefix", prefix, "--partitions", "2",
-                          "--data-dir", str(tmp / f"data-{name}"), "--log-level", "info", "--session-timeout-s", "6"],
-                         tmp / f"worker-{name}-{port}.log", port=port, cwd=ROOT, stop_timeout=30)
+        super().__init__(
+            [
+                "--bootstrap",
+                bootstrap,
+                "--topic-prefix",
+                prefix,
+                "--partitions",
+                "2",
+                "--data-dir",
+                str(tmp / f"data-{name}"),
+                "--log-level",
+                "info",
+                "--session-timeout-s",
+                "6",
+            ],
+            tmp / f"worker-{name}-{port}.log",
+            port=port,
+            cwd=ROOT,
+            stop_timeout=30,
+        )
 
 
 def wait_for_config(w: Worker, cid: str | None, timeout: float = 20.0) -> dict:
@@ -83,15 +113,17 @@ def test_publish_and_show_round_trip(bootstrap, tmp_path):
 
     # A JSON5 file with an unusable field: published, with the warning printed as replay prints it.
     j5 = tmp_path / "fleet.json5"
-    j5_text = (b"// the fleet's config\n"
-               b"{tools: {loopDetection: {enabled: true, warningThreshold: 0, historySize: 12,},},}\n")
+    j5_text = (
+        b"// the fleet's config\n{tools: {loopDetection: {enabled: true, warningThreshold: 0, historySize: 12,},},}\n"
+    )
     j5.write_bytes(j5_text)
     pub = cli(["publish", str(j5)], bootstrap, prefix)
     assert pub.returncode == 0, pub.stderr
     cid = pub.stdout.strip()
     assert cid == config_id(j5_text)
-    assert pub.stderr == (f"warning: {j5}: tools.loopDetection.warningThreshold: 0 is not a positive integer; "
-                          "using the default 10\n")
+    assert pub.stderr == (
+        f"warning: {j5}: tools.loopDetection.warningThreshold: 0 is not a positive integer; using the default 10\n"
+    )
 
     shown = cli(["show"], bootstrap, prefix)
     assert shown.returncode == 0, shown.stderr
@@ -105,8 +137,9 @@ def test_publish_and_show_round_trip(bootstrap, tmp_path):
     oid = cli(["publish", str(other)], bootstrap, prefix).stdout.strip()
     assert oid != cid and json.loads(cli(["show", "--json"], bootstrap, prefix).stdout)["config"] == oid
     as_plain_json = tmp_path / "fleet.json"
-    as_plain_json.write_text(json.dumps({"tools": {"loopDetection": {"historySize": 12, "warningThreshold": 0,
-                                                                     "enabled": True}}}))
+    as_plain_json.write_text(
+        json.dumps({"tools": {"loopDetection": {"historySize": 12, "warningThreshold": 0, "enabled": True}}})
+    )
     again = cli(["publish", str(as_plain_json)], bootstrap, prefix)
     assert again.returncode == 0 and again.stdout.strip() == cid and "warningThreshold: 0" in again.stderr
     now = json.loads(cli(["show", "--json"], bootstrap, prefix).stdout)
@@ -180,8 +213,7 @@ def test_a_worker_without_config_decides_under_the_topic_and_follows_it(bootstra
     # switch (under the first config, a count of 4 is below the warning threshold of 5),
     # and its sixth is the same warning again, suppressed by the run's warning memory.
     r1 = [d for d in got if d["run_id"] == "r1"]
-    assert [(d["action"], d["level"], d["count"]) for d in r1[4:]] == [("warn", "warning", 4),
-                                                                     ("allow", "warning", 5)]
+    assert [(d["action"], d["level"], d["count"]) for d in r1[4:]] == [("warn", "warning", 4), ("allow", "warning", 5)]
 
     # Exactly what the offline fold gives with the config switched between the two batches.
     switched = {(e["run_id"], e["seq"]) for e in after}
@@ -192,8 +224,25 @@ def test_a_worker_without_config_decides_under_the_topic_and_follows_it(bootstra
 
     # An audit without --config reproduces the decisions made under both configs: each
     # event is replayed under the config its recorded decision names (found on the topic).
-    p = subprocess.run([sys.executable, "-m", "streams.cli", "audit", "--bootstrap", bootstrap, "--topic-prefix",
-                        prefix, "--partitions", "2", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streams.cli",
+            "audit",
+            "--bootstrap",
+            bootstrap,
+            "--topic-prefix",
+            prefix,
+            "--partitions",
+            "2",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     audited = json.loads(p.stdout)
     assert audited["matched"] == audited["decisions_recorded"] == 10 and audited["unknown_configs"] == {}
@@ -226,8 +275,7 @@ def test_a_worker_with_config_does_not_follow(bootstrap, tmp_path, workers):
     assert "config switched" not in w.tail(20000)
 
 
-def test_a_following_worker_with_nothing_published_uses_the_defaults_until_a_config_is(bootstrap, tmp_path,
-                                                                                        workers):
+def test_a_following_worker_with_nothing_published_uses_the_defaults_until_a_config_is(bootstrap, tmp_path, workers):
     from detectors import DetectionConfig
 
     prefix = new_prefix()  # no topics yet: the worker reads a config topic that does not exist, then makes it

@@ -26,8 +26,8 @@ from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
 
-from detectors.config import load_config  # noqa: E402
 from detectors import replay  # noqa: E402
+from detectors.config import load_config  # noqa: E402
 from detectors.wire import CompactionRetry, RunEnd, decode_event  # noqa: E402
 from streams.client import FAIL_CLOSED, FAIL_OPEN, GatewayClient  # noqa: E402
 from streams.frameworks import RunStopped  # noqa: E402
@@ -42,15 +42,23 @@ CONFIG = {
     "tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}},
     # the compaction test repeats one call after a summary; only the post-compaction guard may stop it
     # (the first listed agent would be the default one: "main" is listed first, as itself)
-    "agents": {"list": [{"id": "main"}, {"id": "compacting", "tools": {"loopDetection": {
-        "enabled": True, "warningThreshold": 10, "criticalThreshold": 20}}}]},
+    "agents": {
+        "list": [
+            {"id": "main"},
+            {
+                "id": "compacting",
+                "tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 20}},
+            },
+        ]
+    },
 }
 FAILED = "make: *** No rule to make target 'all'. Stop. (exit 2)"
 REPEAT = [("exec", {"command": "make all"})] * 7
 PING_PONG = [("read_file", {"path": "a.txt"}), ("write_file", {"path": "a.txt", "text": "x"})] * 4
 POLL = [("command_status", {"command_id": "job-7"})] * 7
-VARIED = [("read_file", {"path": f"src/m{i}.py"}) if i % 2 else ("exec", {"command": f"pytest -k t{i}"})
-          for i in range(12)]
+VARIED = [
+    ("read_file", {"path": f"src/m{i}.py"}) if i % 2 else ("exec", {"command": f"pytest -k t{i}"}) for i in range(12)
+]
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +92,11 @@ def run_events(bootstrap: str, topic: str, run_id: str, timeout: float = 20) -> 
 
 def run_decisions(bootstrap: str, topic: str, run_id: str) -> list[dict]:
     msgs = consume(bootstrap, topic, 0, timeout=1, settle=0)
-    return [json.loads(m.value) for m in sorted(msgs, key=lambda m: (m.partition, m.offset))
-            if json.loads(m.value)["run_id"] == run_id]
+    return [
+        json.loads(m.value)
+        for m in sorted(msgs, key=lambda m: (m.partition, m.offset))
+        if json.loads(m.value)["run_id"] == run_id
+    ]
 
 
 def tool_output(name: str, args: dict) -> str:
@@ -117,8 +128,9 @@ class ScriptedChat(FakeMessagesListChatModel):
 
 
 def lc_script(calls: list[tuple[str, dict]]) -> list[AIMessage]:
-    return [AIMessage(content="", tool_calls=[{"name": n, "args": a, "id": f"call-{i}"}]) for i, (n, a) in
-            enumerate(calls)] + [AIMessage(content="giving up")]
+    return [
+        AIMessage(content="", tool_calls=[{"name": n, "args": a, "id": f"call-{i}"}]) for i, (n, a) in enumerate(calls)
+    ] + [AIMessage(content="giving up")]
 
 
 def lc_tools():
@@ -166,9 +178,11 @@ def warned_then_blocked(decisions: list, detector: str | None) -> bool:
     return True
 
 
-@pytest.mark.parametrize("calls,detector", [(REPEAT, "generic_repeat"), (PING_PONG, "ping_pong"),
-                                            (POLL, "known_poll_no_progress"), (VARIED, None)],
-                         ids=["repeat", "ping-pong", "poll", "varied"])
+@pytest.mark.parametrize(
+    "calls,detector",
+    [(REPEAT, "generic_repeat"), (PING_PONG, "ping_pong"), (POLL, "known_poll_no_progress"), (VARIED, None)],
+    ids=["repeat", "ping-pong", "poll", "varied"],
+)
 def test_langchain_agent_is_warned_then_blocked_as_replay_decides(bootstrap, live, calls, detector):
     s, _ = live
     decisions, inputs, out = asyncio.run(lc_agent(s, f"lc-{detector}", calls))
@@ -194,8 +208,9 @@ def test_langchain_summarization_is_sent_and_a_loop_surviving_it_aborts_the_run(
     s, _ = live
     decisions: list = []
     model = ScriptedChat(responses=lc_script([("exec", {"command": "make all"})] * 12), inputs=[])
-    summarize = SummarizationMiddleware(model=FakeListChatModel(responses=["the build keeps failing"]),
-                                        trigger=("messages", 8), keep=("messages", 2))
+    summarize = SummarizationMiddleware(
+        model=FakeListChatModel(responses=["the build keeps failing"]), trigger=("messages", 8), keep=("messages", 2)
+    )
 
     async def main():
         async with GatewayClient(settings=s, gateway_id="lc-compaction") as client:
@@ -227,18 +242,39 @@ class ScriptedModel(Model):
         self.calls = list(calls)
         self.inputs: list = []
 
-    async def get_response(self, system_instructions, input, model_settings, tools, output_schema, handoffs,
-                           tracing, *, previous_response_id=None, conversation_id=None, prompt=None):
+    async def get_response(
+        self,
+        system_instructions,
+        input,
+        model_settings,
+        tools,
+        output_schema,
+        handoffs,
+        tracing,
+        *,
+        previous_response_id=None,
+        conversation_id=None,
+        prompt=None,
+    ):
         self.inputs.append(input if isinstance(input, str) else list(input))
         i = len(self.inputs) - 1
         if i < len(self.calls):
             name, args = self.calls[i]
-            out = [ResponseFunctionToolCall(type="function_call", call_id=f"call-{i}", name=name,
-                                            arguments=json.dumps(args))]
+            out = [
+                ResponseFunctionToolCall(
+                    type="function_call", call_id=f"call-{i}", name=name, arguments=json.dumps(args)
+                )
+            ]
         else:
-            out = [ResponseOutputMessage(id="msg", type="message", role="assistant", status="completed",
-                                         content=[ResponseOutputText(type="output_text", text="giving up",
-                                                                     annotations=[])])]
+            out = [
+                ResponseOutputMessage(
+                    id="msg",
+                    type="message",
+                    role="assistant",
+                    status="completed",
+                    content=[ResponseOutputText(type="output_text", text="giving up", annotations=[])],
+                )
+            ]
         return ModelResponse(output=out, usage=Usage(), response_id=None)
 
     def stream_response(self, *args, **kwargs):
@@ -278,9 +314,11 @@ def last_output(items: list) -> tuple[str, str]:
     return out["call_id"], out["output"]
 
 
-@pytest.mark.parametrize("calls,detector", [(REPEAT, "generic_repeat"), (PING_PONG, "ping_pong"),
-                                            (POLL, "known_poll_no_progress"), (VARIED, None)],
-                         ids=["repeat", "ping-pong", "poll", "varied"])
+@pytest.mark.parametrize(
+    "calls,detector",
+    [(REPEAT, "generic_repeat"), (PING_PONG, "ping_pong"), (POLL, "known_poll_no_progress"), (VARIED, None)],
+    ids=["repeat", "ping-pong", "poll", "varied"],
+)
 def test_openai_agent_is_warned_then_blocked_as_replay_decides(bootstrap, live, calls, detector):
     s, _ = live
     decisions: list = []

@@ -30,8 +30,14 @@ def offline(msgs: list[Message]) -> list[dict]:
 async def _produce(bootstrap: str, topic: str, msgs: list[Message]) -> None:
     # gzip and a large request size: the broker takes a 2 MB value this way, as it did
     # for the operator whose dead letter then could not be published.
-    p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5,
-                         compression_type="gzip", max_request_size=8 << 20)
+    p = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=5,
+        compression_type="gzip",
+        max_request_size=8 << 20,
+    )
     await p.start()
     try:
         futs = [await p.send(topic, key=m.key, value=m.value) for m in msgs]
@@ -43,9 +49,22 @@ async def _produce(bootstrap: str, topic: str, msgs: list[Message]) -> None:
 def test_fuzz_through_a_worker_and_through_replay(bootstrap, tmp_path, workers):
     msgs = mixed(seed=1)
     # One value larger than the dead-letter topic takes: its dead letter is cut down.
-    huge = Message(b"poison-huge", json.dumps(
-        {"type": "tool_call", "run_id": "poison-huge", "seq": 1, "gateway_id": "g", "tool_name": "read",
-         "params": {"blob": "z" * 2_000_000}}).encode(), "oversize", "oversize_2mb", in_file=False)
+    huge = Message(
+        b"poison-huge",
+        json.dumps(
+            {
+                "type": "tool_call",
+                "run_id": "poison-huge",
+                "seq": 1,
+                "gateway_id": "g",
+                "tool_name": "read",
+                "params": {"blob": "z" * 2_000_000},
+            }
+        ).encode(),
+        "oversize",
+        "oversize_2mb",
+        in_file=False,
+    )
     msgs.insert(len(msgs) // 2, huge)
     bad = [m for m in msgs if m.reason is not None]
     kinds = Counter(m.kind for m in bad)
@@ -80,6 +99,7 @@ def test_fuzz_through_a_worker_and_through_replay(bootstrap, tmp_path, workers):
         for d in ds:
             out.setdefault(d["run_id"], []).append(d)
         return out
+
     assert per_run(got) == per_run(expected)
 
     # The same bad lines through `loopwarden replay`: same decisions, same reasons.
@@ -87,9 +107,27 @@ def test_fuzz_through_a_worker_and_through_replay(bootstrap, tmp_path, workers):
     src = tmp_path / "events.jsonl"
     src.write_bytes(b"".join((m.value or b"") + b"\n" for m in lines))
     out, dl = tmp_path / "decisions.jsonl", tmp_path / "dead.jsonl"
-    p = subprocess.run([sys.executable, "-m", "streams.cli", "replay", "--config", str(tmp_path / "config-w.json"),
-                        "--input", str(src), "--output", str(out), "--dead-letter", str(dl),
-                        "--max-event-bytes", str(MAX_EVENT_BYTES)], capture_output=True, cwd=ROOT, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streams.cli",
+            "replay",
+            "--config",
+            str(tmp_path / "config-w.json"),
+            "--input",
+            str(src),
+            "--output",
+            str(out),
+            "--dead-letter",
+            str(dl),
+            "--max-event-bytes",
+            str(MAX_EVENT_BYTES),
+        ],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert p.returncode == 3, p.stderr.decode(errors="replace")[-2000:]
     assert [json.loads(x) for x in out.read_text().splitlines()] == expected
     reasons = {r["line"]: r["error"] for r in map(json.loads, dl.read_text().splitlines())}

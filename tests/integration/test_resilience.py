@@ -13,7 +13,14 @@ import pytest
 from benchmarks.trace import generate
 from detectors import DetectionConfig, Folded, decode_event, encode, encode_state, fold, replay
 from tests.integration.harness import (
-    WorkerProcess, consume, decisions_by_partition, event_records, fresh_worker, new_prefix, produce, setup_topics,
+    WorkerProcess,
+    consume,
+    decisions_by_partition,
+    event_records,
+    fresh_worker,
+    new_prefix,
+    produce,
+    setup_topics,
 )
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}}
@@ -21,8 +28,15 @@ pytestmark = pytest.mark.integration
 
 
 def call(run: str, seq: int, **kw) -> dict:
-    return {"type": "tool_call", "run_id": run, "seq": seq, "gateway_id": "gw-1", "tool_name": "read",
-            "params": {"path": "/a"}, **kw}
+    return {
+        "type": "tool_call",
+        "run_id": run,
+        "seq": seq,
+        "gateway_id": "gw-1",
+        "tool_name": "read",
+        "params": {"path": "/a"},
+        **kw,
+    }
 
 
 def offline(events: list[dict]) -> list[dict]:
@@ -135,8 +149,7 @@ def test_killed_worker_resumes_from_the_changelog(bootstrap, tmp_path, workers):
     half = len(events) // 2
     produce(bootstrap, s.events_topic, event_records(events[:half]))
     want_first = len(offline(events[:half]))
-    consume(bootstrap, s.decisions_topic, random.Random(1).randrange(want_first // 2, want_first), timeout=60,
-            settle=0)
+    consume(bootstrap, s.decisions_topic, random.Random(1).randrange(want_first // 2, want_first), timeout=60, settle=0)
     w.kill()  # SIGKILL, mid-stream or just after
     w.start()
     produce(bootstrap, s.events_topic, event_records(events[half:]))
@@ -163,8 +176,9 @@ def test_a_stopped_worker_leaves_every_run_state_in_the_changelog(bootstrap, tmp
     w.stop()
     assert w.proc.returncode == 0, "the worker must exit by itself on SIGTERM, not be killed"
     stored: dict[bytes, bytes | None] = {}
-    for m in sorted(consume(bootstrap, s.changelog_topic, len(final), timeout=30, settle=2),
-                    key=lambda m: (m.partition, m.offset)):
+    for m in sorted(
+        consume(bootstrap, s.changelog_topic, len(final), timeout=30, settle=2), key=lambda m: (m.partition, m.offset)
+    ):
         stored[m.key] = m.value
     assert stored == final
 

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from streams.tools import localkafka
 from streams import settings as settings_mod
 from streams.client import GatewayClient
 from streams.errors import BrokerError
+from streams.tools import localkafka
 from tests.integration.harness import ROOT, WorkerProcess, consume, new_prefix
 
 pytestmark = pytest.mark.integration
@@ -30,8 +30,11 @@ def secure(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("secure")
     ca, ca_key = localkafka.make_ca(tmp / "ca")
     keystore = localkafka.make_keystore(ca, ca_key, tmp / "keystore", password="keystore-pw")
-    broker = localkafka.start(tmp / "kafka", heap="256m", sasl_ssl=localkafka.SaslSsl(
-        users={"alice": PASSWORD}, keystore=keystore, keystore_password="keystore-pw"))
+    broker = localkafka.start(
+        tmp / "kafka",
+        heap="256m",
+        sasl_ssl=localkafka.SaslSsl(users={"alice": PASSWORD}, keystore=keystore, keystore_password="keystore-pw"),
+    )
     try:
         assert broker.sasl_ssl is not None
         yield broker, ca
@@ -40,14 +43,43 @@ def secure(tmp_path_factory):
 
 
 def flags(broker, ca, password: str = PASSWORD, mechanism: str = "SCRAM-SHA-256") -> list[str]:
-    return ["--bootstrap", broker.sasl_ssl, "--security-protocol", "SASL_SSL", "--sasl-mechanism", mechanism,
-            "--sasl-username", "alice", "--sasl-password", password, "--ssl-cafile", str(ca)]
+    return [
+        "--bootstrap",
+        broker.sasl_ssl,
+        "--security-protocol",
+        "SASL_SSL",
+        "--sasl-mechanism",
+        mechanism,
+        "--sasl-username",
+        "alice",
+        "--sasl-password",
+        password,
+        "--ssl-cafile",
+        str(ca),
+    ]
 
 
 def topics_create(args: list[str], prefix: str) -> tuple[subprocess.CompletedProcess, float]:
     t = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "streams.cli", "topics", "create", "--topic-prefix", prefix,
-                        "--partitions", "4", "--json", *args], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streams.cli",
+            "topics",
+            "create",
+            "--topic-prefix",
+            prefix,
+            "--partitions",
+            "4",
+            "--json",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     return p, time.monotonic() - t
 
 
@@ -57,16 +89,32 @@ def test_worker_and_client_over_sasl_ssl_keep_the_password_to_themselves(secure,
     p, _ = topics_create(flags(broker, ca), prefix)
     assert p.returncode == 0, p.stderr
     assert sorted(json.loads(p.stdout)["created"]) == sorted(
-        prefix + t for t in ("events", "decisions", "deadletter", "worker-runs-changelog", "config"))
+        prefix + t for t in ("events", "decisions", "deadletter", "worker-runs-changelog", "config")
+    )
 
     # The worker speaks SCRAM-SHA-512, the client and `topics create` SCRAM-SHA-256.
-    w = WorkerProcess(broker.sasl_ssl, prefix, CONFIG, tmp_path, partitions=4,
-                      extra=tuple(flags(broker, ca, mechanism="SCRAM-SHA-512")[2:]))
+    w = WorkerProcess(
+        broker.sasl_ssl,
+        prefix,
+        CONFIG,
+        tmp_path,
+        partitions=4,
+        extra=tuple(flags(broker, ca, mechanism="SCRAM-SHA-512")[2:]),
+    )
     workers.append(w)
     w.start()
-    s = settings_mod.build({"bootstrap": broker.sasl_ssl, "topic_prefix": prefix, "security_protocol": "SASL_SSL",
-                            "sasl_mechanism": "SCRAM-SHA-256", "sasl_username": "alice",
-                            "sasl_password": PASSWORD, "ssl_cafile": str(ca)}, env={})
+    s = settings_mod.build(
+        {
+            "bootstrap": broker.sasl_ssl,
+            "topic_prefix": prefix,
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-256",
+            "sasl_username": "alice",
+            "sasl_password": PASSWORD,
+            "ssl_cafile": str(ca),
+        },
+        env={},
+    )
 
     async def main():
         async with GatewayClient(settings=s, gateway_id="gw-secure", timeout_s=15) as client:
@@ -94,14 +142,21 @@ def test_a_wrong_password_fails_fast_and_says_authentication_failed(secure, tmp_
     p, took = topics_create(flags(broker, ca, password=wrong), new_prefix())
     assert p.returncode == 1, p.stdout
     assert took < 15
-    assert f"Error: authentication failed for user 'alice' at {broker.sasl_ssl} (SASL mechanism SCRAM-SHA-256)" \
-        in p.stderr, p.stderr
+    assert (
+        f"Error: authentication failed for user 'alice' at {broker.sasl_ssl} (SASL mechanism SCRAM-SHA-256)" in p.stderr
+    ), p.stderr
     assert "Unable to bootstrap" not in p.stderr and "Traceback" not in p.stderr
     assert wrong not in p.stderr and PASSWORD not in p.stderr
 
     # A worker with the wrong password ends as fast, with the same message in its log.
-    w = WorkerProcess(broker.sasl_ssl, new_prefix(), CONFIG, tmp_path, name="wrong",
-                      extra=tuple(flags(broker, ca, password=wrong, mechanism="SCRAM-SHA-512")[2:]))
+    w = WorkerProcess(
+        broker.sasl_ssl,
+        new_prefix(),
+        CONFIG,
+        tmp_path,
+        name="wrong",
+        extra=tuple(flags(broker, ca, password=wrong, mechanism="SCRAM-SHA-512")[2:]),
+    )
     workers.append(w)
     t = time.monotonic()
     w.start(wait=False)
@@ -130,10 +185,18 @@ def test_a_gateway_client_names_a_refused_login_and_a_foreign_ca(secure, tmp_pat
     wrong = "not-the-" + PASSWORD
 
     def enter(password: str, cafile) -> tuple[BaseException, float]:
-        s = settings_mod.build({"bootstrap": broker.sasl_ssl, "topic_prefix": new_prefix(),
-                                "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-256",
-                                "sasl_username": "alice", "sasl_password": password, "ssl_cafile": str(cafile)},
-                               env={})
+        s = settings_mod.build(
+            {
+                "bootstrap": broker.sasl_ssl,
+                "topic_prefix": new_prefix(),
+                "security_protocol": "SASL_SSL",
+                "sasl_mechanism": "SCRAM-SHA-256",
+                "sasl_username": "alice",
+                "sasl_password": password,
+                "ssl_cafile": str(cafile),
+            },
+            env={},
+        )
 
         async def main():
             async with GatewayClient(settings=s, gateway_id="gw-secure", timeout_s=5):
@@ -146,11 +209,13 @@ def test_a_gateway_client_names_a_refused_login_and_a_foreign_ca(secure, tmp_pat
 
     refused, took = enter(wrong, ca)
     assert took < 15
-    assert str(refused).startswith(f"authentication failed for user 'alice' at {broker.sasl_ssl} "
-                                   "(SASL mechanism SCRAM-SHA-256)"), str(refused)
+    assert str(refused).startswith(
+        f"authentication failed for user 'alice' at {broker.sasl_ssl} (SASL mechanism SCRAM-SHA-256)"
+    ), str(refused)
     assert "Unable to bootstrap" not in str(refused) and wrong not in str(refused) and PASSWORD not in str(refused)
 
     unverified, took = enter(PASSWORD, other)
     assert took < 15
-    assert str(unverified).startswith(f"TLS handshake with {broker.sasl_ssl} failed: certificate verify failed"), \
-        str(unverified)
+    assert str(unverified).startswith(f"TLS handshake with {broker.sasl_ssl} failed: certificate verify failed"), str(
+        unverified
+    )

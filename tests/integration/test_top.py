@@ -25,13 +25,36 @@ from .harness import ROOT, new_prefix, setup_topics
 pytestmark = pytest.mark.integration
 
 
-def decision(run: str, seq: int, gw: str, action: str = "allow", detector: str | None = None, count: int | None = None,
-             tool: str = "read", agent: str | None = "main") -> Decision:
+def decision(
+    run: str,
+    seq: int,
+    gw: str,
+    action: str = "allow",
+    detector: str | None = None,
+    count: int | None = None,
+    tool: str = "read",
+    agent: str | None = "main",
+) -> Decision:
     level = "none" if detector is None else ("critical" if action in ("block", "abort") else "warning")
-    return Decision(run_id=run, seq=seq, gateway_id=gw, agent_id=agent, tool_call_id=f"c{seq}", tool_name=tool,
-                    ts=None, event_id=f"{run}:{seq}", action=action, level=level, detector=detector, count=count,
-                    message=None if detector is None else f"{detector} x{count}", warning_key=None,
-                    paired_tool_name="write" if detector == "ping_pong" else None, args_hash=None, config_hash="cfg")
+    return Decision(
+        run_id=run,
+        seq=seq,
+        gateway_id=gw,
+        agent_id=agent,
+        tool_call_id=f"c{seq}",
+        tool_name=tool,
+        ts=None,
+        event_id=f"{run}:{seq}",
+        action=action,
+        level=level,
+        detector=detector,
+        count=count,
+        message=None if detector is None else f"{detector} x{count}",
+        warning_key=None,
+        paired_tool_name="write" if detector == "ping_pong" else None,
+        args_hash=None,
+        config_hash="cfg",
+    )
 
 
 def known_decisions() -> list[Decision]:
@@ -71,8 +94,25 @@ def produce_decisions(bootstrap: str, topic: str, decisions: list[Decision], ts_
 
 
 def top(bootstrap: str, prefix: str, *extra: str, timeout: float = 90) -> dict:
-    p = subprocess.run([sys.executable, "-m", "streams.cli", "top", "--bootstrap", bootstrap, "--topic-prefix", prefix,
-                        "--once", "--json", *extra], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streams.cli",
+            "top",
+            "--bootstrap",
+            bootstrap,
+            "--topic-prefix",
+            prefix,
+            "--once",
+            "--json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+    )
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
 
@@ -83,9 +123,11 @@ def test_once_json_reports_exact_counts_and_the_looping_runs(bootstrap):
     ds = known_decisions()
     now_ms = int(time.time() * 1000)
     produce_decisions(bootstrap, s.decisions_topic, ds, now_ms - 5000)
-    dead = [(b"k1", b"not json", now_ms, [("loopwarden.error", b"decode_error")]),
-            (None, b"{}", now_ms, [("loopwarden.error", b"missing_key")]),
-            (None, b"{}", now_ms, [("loopwarden.error", b"missing_key")])]
+    dead = [
+        (b"k1", b"not json", now_ms, [("loopwarden.error", b"decode_error")]),
+        (None, b"{}", now_ms, [("loopwarden.error", b"missing_key")]),
+        (None, b"{}", now_ms, [("loopwarden.error", b"missing_key")]),
+    ]
     asyncio.run(_produce(bootstrap, s.deadletter_topic, dead))
 
     snap = top(bootstrap, prefix)
@@ -93,16 +135,29 @@ def test_once_json_reports_exact_counts_and_the_looping_runs(bootstrap):
     assert snap["decisions"] == len(ds) and snap["duplicates"] == 0 and snap["undecodable"] == 0
     assert snap["actions"] == dict(Counter(d.action for d in ds)) == {"allow": 32, "warn": 3, "block": 3, "abort": 1}
     assert snap["detectors"] == dict(Counter(d.detector for d in ds if d.detector))
-    assert snap["detectors"] == {"generic_repeat": 3, "known_poll_no_progress": 1, "ping_pong": 1,
-                                 "unknown_tool_repeat": 1, "compaction_loop_persisted": 1, "global_circuit_breaker": 1}
+    assert snap["detectors"] == {
+        "generic_repeat": 3,
+        "known_poll_no_progress": 1,
+        "ping_pong": 1,
+        "unknown_tool_repeat": 1,
+        "compaction_loop_persisted": 1,
+        "global_circuit_breaker": 1,
+    }
     assert snap["detector_actions"]["generic_repeat"] == {"allow": 1, "warn": 1, "block": 1, "abort": 0}
 
     # the latest warning, block or abort of each run still looping, newest first
     runs = snap["looping_runs"]
-    assert [r["run_id"] for r in runs] == ["loop-breaker", "loop-compaction", "loop-unknown", "loop-pingpong",
-                                           "loop-repeat"]
-    got = {r["run_id"]: (r["gateway_id"], r["agent_id"], r["tool_name"], r["action"], r["detector"], r["count"])
-           for r in runs}
+    assert [r["run_id"] for r in runs] == [
+        "loop-breaker",
+        "loop-compaction",
+        "loop-unknown",
+        "loop-pingpong",
+        "loop-repeat",
+    ]
+    got = {
+        r["run_id"]: (r["gateway_id"], r["agent_id"], r["tool_name"], r["action"], r["detector"], r["count"])
+        for r in runs
+    }
     assert got == {
         "loop-breaker": ("gw-0", "no-generic", "grep", "block", "global_circuit_breaker", 30),
         "loop-compaction": ("gw-2", None, "bash", "abort", "compaction_loop_persisted", 3),
@@ -119,8 +174,9 @@ def test_once_json_reports_exact_counts_and_the_looping_runs(bootstrap):
     assert snap["dead_letters"]["by_reason"] == {"decode_error": 1, "missing_key": 2}
 
     # --from: only what was published since then (offsets_for_times on every partition)
-    produce_decisions(bootstrap, s.decisions_topic, [decision("late", 1, "gw-9", "abort", "ping_pong", 40)],
-                      now_ms + 60_000)
+    produce_decisions(
+        bootstrap, s.decisions_topic, [decision("late", 1, "gw-9", "abort", "ping_pong", 40)], now_ms + 60_000
+    )
     late = top(bootstrap, prefix, "--from", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now_ms / 1000 + 30)))
     assert late["decisions"] == 1 and late["actions"]["abort"] == 1 and late["detectors"] == {"ping_pong": 1}
     assert [r["run_id"] for r in late["looping_runs"]] == ["late"]
@@ -130,8 +186,10 @@ def test_once_json_reports_exact_counts_and_the_looping_runs(bootstrap):
 
 class _Metrics(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802
-        body = (b'# TYPE loopwarden_consumer_lag gauge\nloopwarden_consumer_lag{partition="0"} 7.0\n'
-                b'loopwarden_consumer_lag{partition="3"} 5.0\n')
+        body = (
+            b'# TYPE loopwarden_consumer_lag gauge\nloopwarden_consumer_lag{partition="0"} 7.0\n'
+            b'loopwarden_consumer_lag{partition="3"} 5.0\n'
+        )
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.end_headers()
@@ -144,14 +202,35 @@ class _Metrics(http.server.BaseHTTPRequestHandler):
 def test_live_json_lines_start_from_now_and_scrape_worker_lag(bootstrap):
     prefix = new_prefix()
     s = setup_topics(bootstrap, prefix, partitions=4)
-    produce_decisions(bootstrap, s.decisions_topic, known_decisions(), int(time.time() * 1000) - 2000)  # before: not read
+    produce_decisions(
+        bootstrap, s.decisions_topic, known_decisions(), int(time.time() * 1000) - 2000
+    )  # before: not read
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        p = subprocess.Popen([sys.executable, "-m", "streams.cli", "top", "--bootstrap", bootstrap, "--topic-prefix",
-                              prefix, "--json", "--seconds", "8", "--worker-metrics",
-                              f"127.0.0.1:{srv.server_address[1]}", "--worker-metrics", "127.0.0.1:9"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "streams.cli",
+                "top",
+                "--bootstrap",
+                bootstrap,
+                "--topic-prefix",
+                prefix,
+                "--json",
+                "--seconds",
+                "8",
+                "--worker-metrics",
+                f"127.0.0.1:{srv.server_address[1]}",
+                "--worker-metrics",
+                "127.0.0.1:9",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
         first = json.loads(p.stdout.readline())  # the first refresh: it reads from now on
         assert first["decisions"] == 0
         new = [decision("now-1", 1, "gw-0", "block", "generic_repeat", 20), decision("now-2", 1, "gw-1")]
@@ -176,8 +255,11 @@ def test_the_live_view_on_a_terminal_quits_cleanly_on_ctrl_c(bootstrap):
     pid, fd = pty.fork()
     if pid == 0:  # the child: top on a pseudo-terminal
         os.chdir(ROOT)
-        os.execve(sys.executable, [sys.executable, "-m", "streams.cli", "top", "--bootstrap", bootstrap,
-                                   "--topic-prefix", prefix], env)
+        os.execve(
+            sys.executable,
+            [sys.executable, "-m", "streams.cli", "top", "--bootstrap", bootstrap, "--topic-prefix", prefix],
+            env,
+        )
     out = b""
 
     def read_for(seconds: float) -> None:
@@ -196,9 +278,12 @@ def test_the_live_view_on_a_terminal_quits_cleanly_on_ctrl_c(bootstrap):
         deadline = time.monotonic() + 60
         while b"looping now" not in out and time.monotonic() < deadline:
             read_for(0.5)
-        produce_decisions(bootstrap, s.decisions_topic,
-                          [decision("tty-run-1", 1, "gw-0", "abort", "compaction_loop_persisted", 3, tool="bash")],
-                          int(time.time() * 1000))
+        produce_decisions(
+            bootstrap,
+            s.decisions_topic,
+            [decision("tty-run-1", 1, "gw-0", "abort", "compaction_loop_persisted", 3, tool="bash")],
+            int(time.time() * 1000),
+        )
         read_for(3)
         assert b"tty-run-1" in out, out[-3000:]
         os.kill(pid, signal.SIGINT)

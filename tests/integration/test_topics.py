@@ -38,14 +38,28 @@ async def describe(bootstrap: str, names: list[str]) -> dict[str, tuple[int, str
 
 def test_topics_create_is_idempotent_and_sets_cleanup_policies(bootstrap):
     prefix = new_prefix()
-    cmd = [sys.executable, "-m", "streams.cli", "topics", "create", "--bootstrap", bootstrap, "--topic-prefix", prefix,
-           "--partitions", "3", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "streams.cli",
+        "topics",
+        "create",
+        "--bootstrap",
+        bootstrap,
+        "--topic-prefix",
+        prefix,
+        "--partitions",
+        "3",
+        "--json",
+    ]
     first = json.loads(subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True, timeout=60).stdout)
     again = json.loads(subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True, timeout=60).stdout)
     assert sorted(first["created"]) == sorted(first["topics"]) and again["created"] == []
     got = asyncio.run(describe(bootstrap, first["topics"]))
     assert got == {
-        f"{prefix}events": (3, "delete"), f"{prefix}decisions": (3, "delete"),
-        f"{prefix}deadletter": (3, "delete"), f"{prefix}worker-runs-changelog": (3, "compact"),
+        f"{prefix}events": (3, "delete"),
+        f"{prefix}decisions": (3, "delete"),
+        f"{prefix}deadletter": (3, "delete"),
+        f"{prefix}worker-runs-changelog": (3, "compact"),
         f"{prefix}config": (1, "compact"),
     }

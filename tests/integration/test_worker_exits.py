@@ -24,20 +24,32 @@ BOUND_S = 30.0  # the issue's bound; workers are started with --stop-timeout-s 2
 
 def unwritable(bootstrap: str, topic: str) -> None:
     """Make every produce to `topic` fail: no decision fits in 100 bytes."""
+
     async def go() -> None:
         admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
         await admin.start()
         try:
-            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
-                                                      configs={"max.message.bytes": "100"})])
+            await admin.alter_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic, configs={"max.message.bytes": "100"})]
+            )
         finally:
             await admin.close()
+
     asyncio.run(go())
 
 
 def calls(run: str, n: int) -> list[dict]:
-    return [{"type": "tool_call", "run_id": run, "seq": i, "gateway_id": "gw-1", "tool_name": "read",
-             "params": {"path": f"/{i}"}} for i in range(n)]
+    return [
+        {
+            "type": "tool_call",
+            "run_id": run,
+            "seq": i,
+            "gateway_id": "gw-1",
+            "tool_name": "read",
+            "params": {"path": f"/{i}"},
+        }
+        for i in range(n)
+    ]
 
 
 def log_since(w: WorkerProcess, offset: int) -> str:
@@ -46,8 +58,9 @@ def log_since(w: WorkerProcess, offset: int) -> str:
         return f.read().decode(errors="replace")
 
 
-def watch_until_exit(w: WorkerProcess, offset: int, timeout: float, crash_within: float
-                     ) -> tuple[float | None, list[str]]:
+def watch_until_exit(
+    w: WorkerProcess, offset: int, timeout: float, crash_within: float
+) -> tuple[float | None, list[str]]:
     """Poll /health until the process exits: (seconds from the crash line to the exit, or
     None if no crash was logged within `crash_within` s of the start; the statuses seen
     after the crash was logged). The log (from `offset`, where this start's lines begin)
@@ -125,8 +138,9 @@ def test_sigterm_stops_an_idle_worker(bootstrap, tmp_path, workers):
 def test_sigterm_stops_a_busy_worker(bootstrap, tmp_path, workers, flush_ms):
     # "folding": a long burst is being folded; "flushing": nothing was flushed yet, so
     # the stop writes thousands of run states while events keep arriving.
-    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG,
-                        extra=("--stop-timeout-s", "20", "--flush-interval-ms", flush_ms))
+    s, w = fresh_worker(
+        bootstrap, tmp_path, workers, CONFIG, extra=("--stop-timeout-s", "20", "--flush-interval-ms", flush_ms)
+    )
     events = [json.loads(x) for x in generate(30_000, seed=3, concurrent=3000)]
     produce(bootstrap, s.events_topic, event_records(events[:10_000]))
     deadline = time.monotonic() + 60

@@ -13,17 +13,38 @@ ON = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criti
 def run_events(run="r", n=8, t0=1_000_000):
     out = []
     for i in range(n):
-        out.append({"type": "tool_call", "run_id": run, "seq": 2 * i, "gateway_id": "gw", "tool_name": "read",
-                    "tool_call_id": f"{run}{i}", "params": {"p": 1}, "ts": t0 + 1000 * i})
-        out.append({"type": "tool_result", "run_id": run, "seq": 2 * i + 1, "gateway_id": "gw",
-                    "tool_name": "read", "tool_call_id": f"{run}{i}", "params": {"p": 1}, "result": "x",
-                    "ts": t0 + 1000 * i + 500})
+        out.append(
+            {
+                "type": "tool_call",
+                "run_id": run,
+                "seq": 2 * i,
+                "gateway_id": "gw",
+                "tool_name": "read",
+                "tool_call_id": f"{run}{i}",
+                "params": {"p": 1},
+                "ts": t0 + 1000 * i,
+            }
+        )
+        out.append(
+            {
+                "type": "tool_result",
+                "run_id": run,
+                "seq": 2 * i + 1,
+                "gateway_id": "gw",
+                "tool_name": "read",
+                "tool_call_id": f"{run}{i}",
+                "params": {"p": 1},
+                "result": "x",
+                "ts": t0 + 1000 * i + 500,
+            }
+        )
     return out
 
 
 def decided(events, config=ON):
-    return [json.loads(encode(d)) for d in replay([decode_event(json.dumps(e)) for e in events],
-                                                  DetectionConfig(config))]
+    return [
+        json.loads(encode(d)) for d in replay([decode_event(json.dumps(e)) for e in events], DetectionConfig(config))
+    ]
 
 
 def msgs(items, key):
@@ -31,8 +52,15 @@ def msgs(items, key):
 
 
 def audit(**kw):
-    return Audit(ConfigBook(DetectionConfig(ON)), from_ms=None, to_ms=None, scan_start_ms=None, grace_ms=10_000,
-                 complete=lambda p: True, **kw)
+    return Audit(
+        ConfigBook(DetectionConfig(ON)),
+        from_ms=None,
+        to_ms=None,
+        scan_start_ms=None,
+        grace_ms=10_000,
+        complete=lambda p: True,
+        **kw,
+    )
 
 
 def test_recorded_before_their_events_match_and_count_by_action():
@@ -88,8 +116,14 @@ def test_events_without_recorded_decisions_are_missing():
 def test_a_run_first_seen_less_than_an_idle_timeout_after_the_scan_start_is_partial():
     evs = run_events(t0=50_000)
     ds = decided(evs)
-    a = Audit(ConfigBook(DetectionConfig(ON)), from_ms=0, to_ms=None, scan_start_ms=0, grace_ms=10_000,
-              complete=lambda p: False)
+    a = Audit(
+        ConfigBook(DetectionConfig(ON)),
+        from_ms=0,
+        to_ms=None,
+        scan_start_ms=0,
+        grace_ms=10_000,
+        complete=lambda p: False,
+    )
     for m in msgs(ds, "gateway_id"):
         a.recorded(m)
     a.events(msgs(evs, "run_id"))

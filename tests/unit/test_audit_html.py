@@ -17,65 +17,150 @@ HOSTILE = """</script><img src=x onerror="window.__pwned=1"><script>window.__pwn
 T0_MS = 1_796_058_000_000  # 2026-11-30T17:00:00Z
 
 
-def verdict(action: str, detector: str | None = None, count: int | None = None, message: str | None = None,
-            config_hash: str = "c0ffee00c0ffee00c0ffee00") -> dict:
+def verdict(
+    action: str,
+    detector: str | None = None,
+    count: int | None = None,
+    message: str | None = None,
+    config_hash: str = "c0ffee00c0ffee00c0ffee00",
+) -> dict:
     return {"action": action, "detector": detector, "count": count, "message": message, "config_hash": config_hash}
 
 
-def entry(seq: int, status: str | None, recorded: dict | None, replayed: dict | None, what_if: dict | None = None,
-          type_: str = "tool_call", tool: str | None = "read") -> dict:
-    return {"seq": seq, "ts": T0_MS + seq * 1000, "type": type_, "tool_name": tool, "status": status,
-            "recorded": recorded, "replayed": replayed, "what_if": what_if}
+def entry(
+    seq: int,
+    status: str | None,
+    recorded: dict | None,
+    replayed: dict | None,
+    what_if: dict | None = None,
+    type_: str = "tool_call",
+    tool: str | None = "read",
+) -> dict:
+    return {
+        "seq": seq,
+        "ts": T0_MS + seq * 1000,
+        "type": type_,
+        "tool_name": tool,
+        "status": status,
+        "recorded": recorded,
+        "replayed": replayed,
+        "what_if": what_if,
+    }
 
 
 def sample_report(*, what_if: bool = True, runs: bool = True, minutes: int = 3000) -> dict:
     """A report as `loopwarden audit --html` builds it, with a hostile string in every free-text place
     and `minutes` per-minute points (every third minute missing)."""
     t0 = datetime(2026, 11, 30, 17, 0, tzinfo=UTC)
-    per_minute = [{"minute": (t0 + timedelta(minutes=i)).strftime("%Y-%m-%dT%H:%MZ"),
-                   "warn": i % 7, "block": int(i % 5 == 0), "abort": int(i % 97 == 0)}
-                  for i in range(minutes) if i % 3 != 2]
+    per_minute = [
+        {
+            "minute": (t0 + timedelta(minutes=i)).strftime("%Y-%m-%dT%H:%MZ"),
+            "warn": i % 7,
+            "block": int(i % 5 == 0),
+            "abort": int(i % 97 == 0),
+        }
+        for i in range(minutes)
+        if i % 3 != 2
+    ]
     summary = {
-        "events": 120_345, "runs": 812, "partial_runs": 3, "decisions_recorded": 60_170, "decisions_replayed": 60_171,
-        "matched": 60_160, "mismatched": 4, "missing": 2, "unexpected": 1, "conflicting": 1,
+        "events": 120_345,
+        "runs": 812,
+        "partial_runs": 3,
+        "decisions_recorded": 60_170,
+        "decisions_replayed": 60_171,
+        "matched": 60_160,
+        "mismatched": 4,
+        "missing": 2,
+        "unexpected": 1,
+        "conflicting": 1,
         "by_action": {"allow": 59_000, "warn": 1_000, "block": 160, "abort": 11},
         "by_detector": {"generic_repeat": 900, "ping_pong": 250, HOSTILE: 21},
-        "what_if": ({"config_hash": "deadbeef" + HOSTILE, "newly_warned": 40, "newly_blocked": 7, "no_longer_warned": 2,
-                     "no_longer_blocked": 0, "aborts_gained": 1, "aborts_lost": 0} if what_if else None),
-        "seconds": 12.3456789, "events_per_s": 9748.123456789,
+        "what_if": (
+            {
+                "config_hash": "deadbeef" + HOSTILE,
+                "newly_warned": 40,
+                "newly_blocked": 7,
+                "no_longer_warned": 2,
+                "no_longer_blocked": 0,
+                "aborts_gained": 1,
+                "aborts_lost": 0,
+            }
+            if what_if
+            else None
+        ),
+        "seconds": 12.3456789,
+        "events_per_s": 9748.123456789,
     }
     flagged = [
-        {"run_id": "run-" + HOSTILE, "gateway_id": "gw-" + HOSTILE, "agent_id": HOSTILE, "partial": False,
-         "flags": ["mismatch", "block", "what_if"], "truncated": 0,
-         "timeline": [
-             entry(1, "matched", verdict("allow"), verdict("allow"), verdict("allow")),
-             entry(2, None, None, None, type_="tool_result"),
-             entry(3, "mismatched", verdict("warn", "generic_repeat", 3, "said " + HOSTILE),
-                   verdict("block", "generic_repeat", 3, "replayed " + HOSTILE),
-                   verdict("block", "generic_repeat", 3, "what-if " + HOSTILE), tool=HOSTILE),
-             entry(4, "missing", None, verdict("block", "ping_pong", 4), verdict("block", "ping_pong", 4)),
-             entry(5, "matched", verdict("allow"), verdict("allow"), verdict("warn", "generic_repeat", 2)),
-         ]},
-        {"run_id": "run-abort", "gateway_id": "gw-2", "agent_id": None, "partial": True, "flags": ["abort"],
-         "truncated": 250,
-         "timeline": [entry(251, "matched", verdict("abort", "compaction_loop_persisted", 2),
-                            verdict("abort", "compaction_loop_persisted", 2), None, type_="compaction_retry"),
-                      entry(252, None, None, None, type_="run_end", tool=None)]},
+        {
+            "run_id": "run-" + HOSTILE,
+            "gateway_id": "gw-" + HOSTILE,
+            "agent_id": HOSTILE,
+            "partial": False,
+            "flags": ["mismatch", "block", "what_if"],
+            "truncated": 0,
+            "timeline": [
+                entry(1, "matched", verdict("allow"), verdict("allow"), verdict("allow")),
+                entry(2, None, None, None, type_="tool_result"),
+                entry(
+                    3,
+                    "mismatched",
+                    verdict("warn", "generic_repeat", 3, "said " + HOSTILE),
+                    verdict("block", "generic_repeat", 3, "replayed " + HOSTILE),
+                    verdict("block", "generic_repeat", 3, "what-if " + HOSTILE),
+                    tool=HOSTILE,
+                ),
+                entry(4, "missing", None, verdict("block", "ping_pong", 4), verdict("block", "ping_pong", 4)),
+                entry(5, "matched", verdict("allow"), verdict("allow"), verdict("warn", "generic_repeat", 2)),
+            ],
+        },
+        {
+            "run_id": "run-abort",
+            "gateway_id": "gw-2",
+            "agent_id": None,
+            "partial": True,
+            "flags": ["abort"],
+            "truncated": 250,
+            "timeline": [
+                entry(
+                    251,
+                    "matched",
+                    verdict("abort", "compaction_loop_persisted", 2),
+                    verdict("abort", "compaction_loop_persisted", 2),
+                    None,
+                    type_="compaction_retry",
+                ),
+                entry(252, None, None, None, type_="run_end", tool=None),
+            ],
+        },
     ]
     return {
         "summary": summary,
-        "range": {"from": "2026-11-30T17:00:00Z", "to": None, "lookback_s": 86400.0,
-                  "topics": {"events": "loopwarden.events", "decisions": HOSTILE},
-                  "generated_at": "2026-11-30T18:00:00Z"},
-        "by_agent": {"(default)": {"allow": 100, "warn": 1, "block": 0, "abort": 1},
-                     HOSTILE: {"allow": 5, "warn": 2, "block": 1, "abort": 0}},
-        "by_tool": {"read": {"allow": 50, "warn": 1, "block": 0, "abort": 0},
-                    HOSTILE: {"allow": 1, "warn": 0, "block": 3, "abort": 0}},
+        "range": {
+            "from": "2026-11-30T17:00:00Z",
+            "to": None,
+            "lookback_s": 86400.0,
+            "topics": {"events": "loopwarden.events", "decisions": HOSTILE},
+            "generated_at": "2026-11-30T18:00:00Z",
+        },
+        "by_agent": {
+            "(default)": {"allow": 100, "warn": 1, "block": 0, "abort": 1},
+            HOSTILE: {"allow": 5, "warn": 2, "block": 1, "abort": 0},
+        },
+        "by_tool": {
+            "read": {"allow": 50, "warn": 1, "block": 0, "abort": 0},
+            HOSTILE: {"allow": 1, "warn": 0, "block": 3, "abort": 0},
+        },
         "per_minute": per_minute,
         "runs": flagged if runs else [],
-        "configs": [{"config_hash": "c0ffee00c0ffee00c0ffee00", "source": "config/" + HOSTILE,
-                     "text": "{\n  // " + HOSTILE + "\n  loopwarden: {warnAt: 3},\n}\n",
-                     "agents": {"(default)": "c0ffee00", HOSTILE: "abad1dea"}}],
+        "configs": [
+            {
+                "config_hash": "c0ffee00c0ffee00c0ffee00",
+                "source": "config/" + HOSTILE,
+                "text": "{\n  // " + HOSTILE + "\n  loopwarden: {warnAt: 3},\n}\n",
+                "agents": {"(default)": "c0ffee00", HOSTILE: "abad1dea"},
+            }
+        ],
     }
 
 

@@ -4,7 +4,8 @@ import json
 
 import msgspec
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from detectors.canonical import canon, canon_exact, digest, js_float_literal, js_number
 
@@ -13,9 +14,20 @@ _wire = msgspec.json.Decoder(float_hook=js_float_literal)
 
 @pytest.mark.parametrize(
     "x, js",
-    [(1.0, "1"), (-0.0, "0"), (1e21, "1e+21"), (1e-7, "1e-7"), (1e20, "100000000000000000000"),
-     (0.000001, "0.000001"), (123.456, "123.456"), (-2.5, "-2.5"), (1.5e-7, "1.5e-7"),
-     (5e-324, "5e-324"), (2.0**53 + 1, "9007199254740992"), (0.1 + 0.2, "0.30000000000000004")],
+    [
+        (1.0, "1"),
+        (-0.0, "0"),
+        (1e21, "1e+21"),
+        (1e-7, "1e-7"),
+        (1e20, "100000000000000000000"),
+        (0.000001, "0.000001"),
+        (123.456, "123.456"),
+        (-2.5, "-2.5"),
+        (1.5e-7, "1.5e-7"),
+        (5e-324, "5e-324"),
+        (2.0**53 + 1, "9007199254740992"),
+        (0.1 + 0.2, "0.30000000000000004"),
+    ],
 )
 def test_numbers_are_written_as_javascript_writes_them(x, js):
     assert js_number(x) == js
@@ -42,7 +54,10 @@ def test_same_call_written_differently_has_one_digest():
 
 _chars = st.characters(blacklist_categories=("Cs",))  # msgspec refuses lone surrogates; see below
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(alphabet=_chars),
     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(alphabet=_chars, max_size=4), kids, max_size=4),
     max_leaves=20,
@@ -59,6 +74,8 @@ def test_lone_surrogates_in_an_event_decode_through_the_fallback_and_hash_withou
     from detectors import decode_event
     from detectors.fingerprint import call_signature
 
-    ev = decode_event(b'{"type":"tool_call","run_id":"r","seq":0,"gateway_id":"g","tool_name":"read",'
-                      b'"params":{"p":"a\\ud800b","n":2.50}}')
+    ev = decode_event(
+        b'{"type":"tool_call","run_id":"r","seq":0,"gateway_id":"g","tool_name":"read",'
+        b'"params":{"p":"a\\ud800b","n":2.50}}'
+    )
     assert call_signature("read", ev.params) == call_signature("read", _wire.decode(b'{"n":2.5,"p":"ab"}'))

@@ -8,8 +8,15 @@ CMD = [sys.executable, "-m", "streams.cli"]
 
 
 def call(seq, tool="read", **kw):
-    return {"type": "tool_call", "run_id": "r1", "seq": seq, "gateway_id": "g1", "tool_name": tool,
-            "params": {"p": 1}, **kw}
+    return {
+        "type": "tool_call",
+        "run_id": "r1",
+        "seq": seq,
+        "gateway_id": "g1",
+        "tool_name": tool,
+        "params": {"p": 1},
+        **kw,
+    }
 
 
 def run(args, stdin=b""):
@@ -17,13 +24,33 @@ def run(args, stdin=b""):
 
 
 def test_bad_lines_are_named_skipped_and_set_aside(tmp_path):
-    lines = [json.dumps(call(0)), "{not json", "[1,2]", json.dumps({k: v for k, v in call(1).items() if k != "run_id"}),
-             json.dumps(call(1, seq_bad=1) | {"seq": "x"}), "x" * 300, json.dumps(call(2))]
+    lines = [
+        json.dumps(call(0)),
+        "{not json",
+        "[1,2]",
+        json.dumps({k: v for k, v in call(1).items() if k != "run_id"}),
+        json.dumps(call(1, seq_bad=1) | {"seq": "x"}),
+        "x" * 300,
+        json.dumps(call(2)),
+    ]
     src = tmp_path / "e.jsonl"
     src.write_text("\n".join(lines) + "\n")
     dead = tmp_path / "dead.jsonl"
-    p = run(["replay", "--input", str(src), "--output", "-",
-             "--dead-letter", str(dead), "--max-event-bytes", "200", "--stats", "--json"])
+    p = run(
+        [
+            "replay",
+            "--input",
+            str(src),
+            "--output",
+            "-",
+            "--dead-letter",
+            str(dead),
+            "--max-event-bytes",
+            "200",
+            "--stats",
+            "--json",
+        ]
+    )
     assert p.returncode == 3
     got = [json.loads(x) for x in p.stdout.splitlines()]
     assert [d["seq"] for d in got] == [0, 2]

@@ -22,8 +22,9 @@ from streams.client import MAX_REQUEST_SIZE, EventTooLarge, GatewayClient
 from streams.errors import BrokerError, SettingsError
 from streams.tools.localkafka import free_port
 
-CONFIG = load_config(json.dumps({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3,
-                                                              "criticalThreshold": 5}}}))
+CONFIG = load_config(
+    json.dumps({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}})
+)
 MiB = 1 << 20
 
 
@@ -74,8 +75,13 @@ async def calls(c: GatewayClient, run: str, n: int, start: int = 0) -> list:
         d = await c.check(run, "exec", {"command": "make"}, tool_call_id=f"call-{i}")
         out.append(d)
         if d.action != "block":
-            await c.result(run, "exec", {"command": "make"}, tool_call_id=f"call-{i}",
-                           result={"details": {"status": "failed", "exitCode": 2}})
+            await c.result(
+                run,
+                "exec",
+                {"command": "make"},
+                tool_call_id=f"call-{i}",
+                result={"details": {"status": "failed", "exitCode": 2}},
+            )
     return out
 
 

@@ -15,9 +15,13 @@ JSON5 = b"""// the example's shape, with comments, unquoted keys and trailing co
   agents: { list: [ { id: 'main', default: true, }, ], },
 }
 """
-JSON = json.dumps({"agents": {"list": [{"default": True, "id": "main"}]},
-                   "tools": {"loopDetection": {"criticalThreshold": 5, "enabled": True, "warningThreshold": 3}}},
-                  indent=2).encode()
+JSON = json.dumps(
+    {
+        "agents": {"list": [{"default": True, "id": "main"}]},
+        "tools": {"loopDetection": {"criticalThreshold": 5, "enabled": True, "warningThreshold": 3}},
+    },
+    indent=2,
+).encode()
 
 
 def test_the_same_document_in_json_and_json5_has_one_id():
@@ -86,8 +90,10 @@ def test_a_switch_keeps_the_history_and_cuts_it_at_the_next_append():
     # What streams/configs.py says of a run across a switch (semantics.md section 3).
     before = _cfg(historySize=30, warningThreshold=20, criticalThreshold=40, globalCircuitBreakerThreshold=50)
     after = _cfg(historySize=3, warningThreshold=2, criticalThreshold=30, globalCircuitBreakerThreshold=50)
-    calls = [{"type": "tool_call", "run_id": "r", "seq": i, "gateway_id": "g", "tool_name": "read", "params": {}}
-             for i in range(12)]
+    calls = [
+        {"type": "tool_call", "run_id": "r", "seq": i, "gateway_id": "g", "tool_name": "read", "params": {}}
+        for i in range(12)
+    ]
     got = _fold(calls, before, after, switch_at=10)
     assert [len(state.history) for _, state in got] == [*range(1, 11), 3, 3]
     (d10,), (d11,) = got[10][0], got[11][0]
@@ -100,10 +106,19 @@ def test_a_switch_keeps_the_history_and_cuts_it_at_the_next_append():
 
 def test_a_switch_keeps_an_armed_guard_which_aborts_at_the_new_window():
     before, after = _cfg(postCompactionGuard={"windowSize": 5}), _cfg(postCompactionGuard={"windowSize": 2})
-    result = {"type": "tool_result", "run_id": "r", "gateway_id": "g", "tool_name": "read", "params": {},
-              "result": {"content": [{"type": "text", "text": "same"}]}}
-    events = [{"type": "compaction_retry", "run_id": "r", "seq": 0, "gateway_id": "g"},
-              {**result, "seq": 1}, {**result, "seq": 2}]
+    result = {
+        "type": "tool_result",
+        "run_id": "r",
+        "gateway_id": "g",
+        "tool_name": "read",
+        "params": {},
+        "result": {"content": [{"type": "text", "text": "same"}]},
+    }
+    events = [
+        {"type": "compaction_retry", "run_id": "r", "seq": 0, "gateway_id": "g"},
+        {**result, "seq": 1},
+        {**result, "seq": 2},
+    ]
     got = _fold(events, before, after, switch_at=2)
     assert got[0][1].guard_left == 5 and got[1][1].guard_left == 4  # armed with the old window
     (abort,) = got[2][0]  # the outcome before the switch counts toward the new window of 2

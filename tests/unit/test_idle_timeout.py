@@ -10,8 +10,10 @@ from detectors import DetectionConfig, apply, decode_event, decode_state, encode
 from detectors.config import DEFAULT_IDLE_TIMEOUT_MS
 
 HOUR = 3_600_000
-CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3}},
-          "loopwarden": {"runIdleTimeoutMs": HOUR}}
+CONFIG = {
+    "tools": {"loopDetection": {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3}},
+    "loopwarden": {"runIdleTimeoutMs": HOUR},
+}
 
 
 def failing_reads(run: str, start_seq: int, ts: list[int | None]) -> list[dict]:
@@ -19,10 +21,29 @@ def failing_reads(run: str, start_seq: int, ts: list[int | None]) -> list[dict]:
     for i, t in enumerate(ts):
         seq = start_seq + 2 * i
         extra = {} if t is None else {"ts": t}
-        out.append({"type": "tool_call", "run_id": run, "seq": seq, "gateway_id": "g", "tool_name": "read",
-                    "params": {"path": "/x"}, **extra})
-        out.append({"type": "tool_result", "run_id": run, "seq": seq + 1, "gateway_id": "g", "tool_name": "read",
-                    "params": {"path": "/x"}, "error": "ENOENT", **({} if t is None else {"ts": t + 1})})
+        out.append(
+            {
+                "type": "tool_call",
+                "run_id": run,
+                "seq": seq,
+                "gateway_id": "g",
+                "tool_name": "read",
+                "params": {"path": "/x"},
+                **extra,
+            }
+        )
+        out.append(
+            {
+                "type": "tool_result",
+                "run_id": run,
+                "seq": seq + 1,
+                "gateway_id": "g",
+                "tool_name": "read",
+                "params": {"path": "/x"},
+                "error": "ENOENT",
+                **({} if t is None else {"ts": t + 1}),
+            }
+        )
     return out
 
 
@@ -65,10 +86,16 @@ def test_last_ts_survives_the_stored_state():
     assert state is not None and decode_state(encode_state(state)).last_ts == 42
 
 
-@pytest.mark.parametrize("value, expected, warned", [
-    (None, DEFAULT_IDLE_TIMEOUT_MS, False), (60_000, 60_000, False), (0, DEFAULT_IDLE_TIMEOUT_MS, True),
-    ("1h", DEFAULT_IDLE_TIMEOUT_MS, True), (1.5, DEFAULT_IDLE_TIMEOUT_MS, True),
-])
+@pytest.mark.parametrize(
+    "value, expected, warned",
+    [
+        (None, DEFAULT_IDLE_TIMEOUT_MS, False),
+        (60_000, 60_000, False),
+        (0, DEFAULT_IDLE_TIMEOUT_MS, True),
+        ("1h", DEFAULT_IDLE_TIMEOUT_MS, True),
+        (1.5, DEFAULT_IDLE_TIMEOUT_MS, True),
+    ],
+)
 def test_the_timeout_config(value, expected, warned):
     doc = {} if value is None else {"loopwarden": {"runIdleTimeoutMs": value}}
     c = load_config(json.dumps(doc))

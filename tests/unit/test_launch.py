@@ -39,8 +39,9 @@ class _Health(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize("code,body", [(200, {"status": "ok", "partitions": [0]}),
-                                       (503, {"status": "rebalancing", "partitions": []})])
+@pytest.mark.parametrize(
+    "code,body", [(200, {"status": "ok", "partitions": [0]}), (503, {"status": "rebalancing", "partitions": []})]
+)
 def test_health_reads_the_body_of_ok_and_of_not_ok(code, body):
     handler = type("H", (_Health,), {"answer": (code, body)})
     server = http.server.HTTPServer(("127.0.0.1", 0), handler)
@@ -57,8 +58,9 @@ def test_health_is_none_when_nothing_answers():
 
 
 def test_stop_kills_a_child_that_ignores_sigterm_after_the_bound():
-    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "print('ready', flush=True); time.sleep(60)")
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
     assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
     t0 = time.monotonic()

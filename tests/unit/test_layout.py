@@ -17,10 +17,15 @@ WORKER_ONLY = ("faust", "mode", "rich", "prometheus_client", "venusian", "cronit
 
 def test_the_client_and_the_core_import_no_worker_package():
     # A fresh interpreter: this test process has imported the worker already.
-    code = ("import json, sys, detectors, detectors.ingest, streams.client, streams.frameworks, streams.replay; "
-            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
-    loaded = set(json.loads(subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
-                                           capture_output=True, text=True).stdout))
+    code = (
+        "import json, sys, detectors, detectors.ingest, streams.client, streams.frameworks, streams.replay; "
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    loaded = set(
+        json.loads(
+            subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+        )
+    )
     assert "aiokafka" in loaded and "msgspec" in loaded  # the check sees real imports
     assert not loaded & set(WORKER_ONLY), f"the gateway library loads worker packages: {loaded & set(WORKER_ONLY)}"
 
@@ -55,7 +60,9 @@ def test_commands_return_only_documented_exit_codes():
     for path in [ROOT / "streams" / "cli.py", *(ROOT / "streams" / "tools").glob("*.py")]:
         tree = ast.parse(path.read_text())
         for fn in tree.body:
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or not fn.name.startswith(("cmd_", "run_", "main_")):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or not fn.name.startswith(
+                ("cmd_", "run_", "main_")
+            ):
                 continue
             for node in ast.walk(fn):
                 if not isinstance(node, ast.Return) or node.value is None:

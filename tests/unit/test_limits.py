@@ -45,8 +45,9 @@ def test_a_lone_surrogate_inside_params_is_kept_for_hashing():
     assert ev.params == {"p": "x\ud800y"}
 
 
-@pytest.mark.parametrize("seq, ok", [(MAX_SAFE_INTEGER, True), (MAX_SAFE_INTEGER + 1, False), (2**64, False),
-                                     (10**30, False), (-1, False)])
+@pytest.mark.parametrize(
+    "seq, ok", [(MAX_SAFE_INTEGER, True), (MAX_SAFE_INTEGER + 1, False), (2**64, False), (10**30, False), (-1, False)]
+)
 def test_seq_range(seq, ok):
     raw = json.dumps(dict(BASE, seq=seq))
     if ok:

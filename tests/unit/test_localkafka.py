@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from streams.tools import localkafka
 from streams.errors import BrokerError
+from streams.tools import localkafka
 
 URLSAFE = re.compile(r"[A-Za-z0-9_-]{22}")
 
@@ -59,7 +59,10 @@ def test_recorded_ports_come_from_the_listeners(tmp_path):
     _fake_broker(tmp_path, 41001, 41002, 41003)
     assert localkafka.formatted(tmp_path)
     assert localkafka._recorded_ports(tmp_path / "server.properties") == {
-        "PLAINTEXT": 41001, "CONTROLLER": 41002, "SASL_SSL": 41003}
+        "PLAINTEXT": 41001,
+        "CONTROLLER": 41002,
+        "SASL_SSL": 41003,
+    }
 
 
 def test_restart_refuses_a_taken_port_instead_of_moving_the_address(tmp_path):
@@ -103,8 +106,7 @@ def test_a_recorded_pid_that_is_not_this_brokers_jvm_is_not_running(tmp_path):
     import os
 
     # Our own pid is alive but is no kafka.Kafka on this folder's config.
-    (tmp_path / "broker.json").write_text(
-        localkafka.Broker("127.0.0.1:1", os.getpid(), tmp_path).to_json())
+    (tmp_path / "broker.json").write_text(localkafka.Broker("127.0.0.1:1", os.getpid(), tmp_path).to_json())
     assert localkafka.running(tmp_path) is None
     assert localkafka.running(tmp_path / "nothing-here") is None
 

@@ -30,8 +30,13 @@ def run_events(kind: loops.Kind, steps: int, rng: random.Random, run: str = "r")
         s = kind.step(i, rng)
         call = {"tool_name": s.tool, "params": s.params, "tool_call_id": f"{run}-{i}"}
         add({"type": "tool_call", **call})
-        add({"type": "tool_result", **call,
-             **({"result": loops.result(s.text)} if s.text is not None else {"error": s.error})})
+        add(
+            {
+                "type": "tool_result",
+                **call,
+                **({"result": loops.result(s.text)} if s.text is not None else {"error": s.error}),
+            }
+        )
     return out
 
 
@@ -47,7 +52,7 @@ def test_each_loop_is_stopped_by_its_detector(name):
     assert stops, f"{name} was never stopped"
     assert stops[0].detector == kind.detector == name
     # nothing else flagged it first
-    assert {d.detector for d in ds[:ds.index(stops[0])] if d.level != "none"} <= {name}
+    assert {d.detector for d in ds[: ds.index(stops[0])] if d.level != "none"} <= {name}
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -13,7 +13,9 @@ from streams.worker.producer import OutRecord
 from streams.worker.run_store import ENDED, RunStore, ended_record, read_stored
 
 TOPIC = "t.changelog"
-CONFIG = load_config(json.dumps({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 6}}}))
+CONFIG = load_config(
+    json.dumps({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 6}}})
+)
 HOUR = 3_600_000
 
 
@@ -52,22 +54,38 @@ class Clock:
 def make(store=None, delay=6.0, idle=HOUR):
     store = {} if store is None else store
     sink, clock = Changelog(), Clock()
-    runs = RunStore(lambda: store, TOPIC, sink, partition_of=lambda key: 3, idle_timeout_ms=idle,
-                    tombstone_delay=delay, clock=clock)
+    runs = RunStore(
+        lambda: store, TOPIC, sink, partition_of=lambda key: 3, idle_timeout_ms=idle, tombstone_delay=delay, clock=clock
+    )
     return runs, store, sink, clock
 
 
 def call(run, seq, ts=None, tool="read", path="/a"):
-    e = {"type": "tool_call", "run_id": run, "seq": seq, "gateway_id": "gw", "tool_name": tool,
-         "tool_call_id": f"{run}-{seq}", "params": {"path": path}}
+    e = {
+        "type": "tool_call",
+        "run_id": run,
+        "seq": seq,
+        "gateway_id": "gw",
+        "tool_name": tool,
+        "tool_call_id": f"{run}-{seq}",
+        "params": {"path": path},
+    }
     if ts is not None:
         e["ts"] = ts
     return e
 
 
 def result(run, seq, ts=None, tool="read", path="/a", out="same"):
-    e = {"type": "tool_result", "run_id": run, "seq": seq, "gateway_id": "gw", "tool_name": tool,
-         "tool_call_id": f"{run}-{seq - 1}", "params": {"path": path}, "result": out}
+    e = {
+        "type": "tool_result",
+        "run_id": run,
+        "seq": seq,
+        "gateway_id": "gw",
+        "tool_name": tool,
+        "tool_call_id": f"{run}-{seq - 1}",
+        "params": {"path": path},
+        "result": out,
+    }
     if ts is not None:
         e["ts"] = ts
     return e
@@ -120,6 +138,7 @@ def test_a_flush_writes_each_touched_run_once_to_its_events_partition():
         assert {r.partition for r in recs} == {5} and {r.topic for r in recs} == {TOPIC}
         assert {r.key: decode_state(r.value) for r in recs} == store
         assert await flush(runs) == []  # nothing staged since
+
     asyncio.run(main())
 
 
@@ -159,6 +178,7 @@ def test_an_ended_run_is_tombstoned_only_after_the_delay():
         assert runs.tombstones_due(False)
         assert [(r.key, r.value, r.partition) for r in await flush(runs)] == [(b"r1", None, 3)]
         assert not runs.tombstones_due(True)  # sent once
+
     asyncio.run(main())
 
 
@@ -173,6 +193,7 @@ def test_hurry_and_close_send_every_tombstone_at_once():
         before = len(sink.records)
         await runs.close()
         assert sorted((r.key, r.value) for r in sink.records[before:]) == [(b"a", None), (b"b", None), (b"c", None)]
+
     asyncio.run(main())
 
 
@@ -186,6 +207,7 @@ def test_a_new_run_under_an_ended_run_id_cancels_its_tombstone():
         recs = await flush(runs)
         assert [(r.key, r.value is not None) for r in recs] == [(b"r1", True)]
         assert decode_state(recs[0].value).last_seq == 0 and store[b"r1"].last_seq == 0
+
     asyncio.run(main())
 
 
@@ -204,6 +226,7 @@ def test_a_recovering_worker_answers_replayed_events_as_the_first_time():
         again = fold_into(runs2, events[replayed_from:], first_offset=replayed_from)
         calls_before = sum(1 for e in events[:replayed_from] if e["type"] == "tool_call")
         assert again == first[calls_before:]
+
     asyncio.run(main())
 
 
@@ -220,6 +243,7 @@ def test_idle_runs_are_evicted_past_twice_the_timeout_in_event_time():
         assert (b"old", None) in [(r.key, r.value) for r in recs]
         assert runs.evicted == 1
         assert await runs.evict_idle() == 0
+
     asyncio.run(main())
 
 
@@ -229,4 +253,5 @@ def test_nothing_staged_and_no_tombstone_due_writes_nothing(hurry):
         runs, _, sink, _ = make()
         assert not runs.pending()
         assert await flush(runs, hurry) == [] and sink.records == []
+
     asyncio.run(main())

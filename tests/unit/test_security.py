@@ -17,13 +17,19 @@ ADDR = "127.0.0.1:9093"
 
 
 def scram(**kw) -> settings_mod.Settings:
-    flags = {"bootstrap": ADDR, "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
-             "sasl_username": "alice", "sasl_password": "hunter2-secret", **kw}
+    flags = {
+        "bootstrap": ADDR,
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_username": "alice",
+        "sasl_password": "hunter2-secret",
+        **kw,
+    }
     return settings_mod.build(flags, env={})
 
 
 def unable() -> ak.KafkaConnectionError:
-    return ak.KafkaConnectionError(f"Unable to bootstrap from [('127.0.0.1', 9093, <AddressFamily.AF_INET: 2>)]")
+    return ak.KafkaConnectionError("Unable to bootstrap from [('127.0.0.1', 9093, <AddressFamily.AF_INET: 2>)]")
 
 
 def test_a_refused_login_names_user_address_and_mechanism_not_the_password():
@@ -72,8 +78,9 @@ def test_worker_credentials_carry_the_mechanism_and_tls_to_aiokafka(mechanism, t
     assert auth["security_protocol"] == "SASL_SSL" and auth["sasl_mechanism"] == mechanism
     assert isinstance(auth["ssl_context"], ssl.SSLContext)
     assert (auth["sasl_plain_username"], auth["sasl_plain_password"]) == ("alice", "hunter2-secret")
-    plain = credentials_to_aiokafka_auth(_credentials(scram(sasl_mechanism=mechanism,
-                                                             security_protocol="SASL_PLAINTEXT")))
+    plain = credentials_to_aiokafka_auth(
+        _credentials(scram(sasl_mechanism=mechanism, security_protocol="SASL_PLAINTEXT"))
+    )
     assert plain["security_protocol"] == "SASL_PLAINTEXT" and plain["ssl_context"] is None
     assert plain["sasl_mechanism"] == mechanism
 

@@ -10,27 +10,41 @@ def test_layers_and_topic_names():
     env = {"LOOPWARDEN_BOOTSTRAP": "kafka:9092", "LOOPWARDEN_PARTITIONS": "12", "LOOPWARDEN_TOPIC_PREFIX": "prod."}
     s = build({"partitions": 4, "bootstrap": None}, env=env)
     assert (s.bootstrap, s.partitions, s.topic_prefix) == ("kafka:9092", 4, "prod.")
-    assert (s.events_topic, s.decisions_topic, s.deadletter_topic) == ("prod.events", "prod.decisions", "prod.deadletter")
+    assert (s.events_topic, s.decisions_topic, s.deadletter_topic) == (
+        "prod.events",
+        "prod.decisions",
+        "prod.deadletter",
+    )
     assert s.changelog_topic == "prod.worker-runs-changelog"
     assert build({}, env={}).bootstrap == "127.0.0.1:9092"
 
 
 def test_security_settings_reach_the_kafka_clients():
-    s = build({"security_protocol": "SASL_PLAINTEXT", "sasl_username": "u", "sasl_password": "p",
-               "sasl_mechanism": "SCRAM-SHA-256"}, env={})
+    s = build(
+        {
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_username": "u",
+            "sasl_password": "p",
+            "sasl_mechanism": "SCRAM-SHA-256",
+        },
+        env={},
+    )
     kw = s.kafka_kwargs()
     assert kw["security_protocol"] == "SASL_PLAINTEXT" and kw["sasl_mechanism"] == "SCRAM-SHA-256"
     assert (kw["sasl_plain_username"], kw["sasl_plain_password"]) == ("u", "p")
 
 
-@pytest.mark.parametrize("env, flags, message", [
-    ({"LOOPWARDEN_PARTITIONS": "many"}, {}, "LOOPWARDEN_PARTITIONS='many' is not a number"),
-    ({}, {"partitions": 0}, "partitions must be at least 1"),
-    ({}, {"security_protocol": "TLS"}, "security_protocol 'TLS'"),
-    ({"LOOPWARDEN_FLUSH_INTERVAL_MS": "-1"}, {}, "flush_interval_ms must not be negative, got -1"),
-    ({}, {"batch_linger_ms": -5.0}, "batch_linger_ms must not be negative"),
-    ({}, {"batch_max": 0}, "batch_max must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "env, flags, message",
+    [
+        ({"LOOPWARDEN_PARTITIONS": "many"}, {}, "LOOPWARDEN_PARTITIONS='many' is not a number"),
+        ({}, {"partitions": 0}, "partitions must be at least 1"),
+        ({}, {"security_protocol": "TLS"}, "security_protocol 'TLS'"),
+        ({"LOOPWARDEN_FLUSH_INTERVAL_MS": "-1"}, {}, "flush_interval_ms must not be negative, got -1"),
+        ({}, {"batch_linger_ms": -5.0}, "batch_linger_ms must not be negative"),
+        ({}, {"batch_max": 0}, "batch_max must be at least 1"),
+    ],
+)
 def test_bad_values_are_named(env, flags, message):
     with pytest.raises(SettingsError, match=message):
         build(flags, env=env)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from rich.console import Console
@@ -16,14 +16,42 @@ from streams.tools.topview import DETECTOR_SHORT, cut_middle, plain_line, render
 T0 = 1_700_000_000.0
 
 
-def dec(run: str, seq: int, action: str = "allow", detector: str | None = None, *, gw: str = "gw-1",
-        agent: str | None = "main", tool: str = "read", level: str | None = None, count: int | None = None,
-        message: str | None = None, paired: str | None = None, event_id: str | None = None) -> Decision:
+def dec(
+    run: str,
+    seq: int,
+    action: str = "allow",
+    detector: str | None = None,
+    *,
+    gw: str = "gw-1",
+    agent: str | None = "main",
+    tool: str = "read",
+    level: str | None = None,
+    count: int | None = None,
+    message: str | None = None,
+    paired: str | None = None,
+    event_id: str | None = None,
+) -> Decision:
     if level is None:
         level = "none" if detector is None else ("critical" if action in ("block", "abort") else "warning")
-    return Decision(run_id=run, seq=seq, gateway_id=gw, agent_id=agent, tool_call_id=None, tool_name=tool, ts=None,
-                    event_id=event_id or f"{run}:{seq}", action=action, level=level, detector=detector, count=count,
-                    message=message, warning_key=None, paired_tool_name=paired, args_hash=None, config_hash="c")
+    return Decision(
+        run_id=run,
+        seq=seq,
+        gateway_id=gw,
+        agent_id=agent,
+        tool_call_id=None,
+        tool_name=tool,
+        ts=None,
+        event_id=event_id or f"{run}:{seq}",
+        action=action,
+        level=level,
+        detector=detector,
+        count=count,
+        message=message,
+        warning_key=None,
+        paired_tool_name=paired,
+        args_hash=None,
+        config_hash="c",
+    )
 
 
 def test_counts_by_action_detector_and_gateway():
@@ -54,10 +82,13 @@ def test_a_decision_published_again_is_counted_once():
 def test_undecodable_records_are_counted_not_fatal():
     s = TopState(start=T0)
     assert not s.add_record(b"{not json", T0)
-    assert s.add_record(b'{"run_id":"r","seq":1,"gateway_id":"g","agent_id":null,"tool_call_id":null,'
-                        b'"tool_name":"t","ts":null,"event_id":"r:1","action":"allow","level":"none",'
-                        b'"detector":null,"count":null,"message":null,"warning_key":null,'
-                        b'"paired_tool_name":null,"args_hash":null,"config_hash":"c"}', T0)
+    assert s.add_record(
+        b'{"run_id":"r","seq":1,"gateway_id":"g","agent_id":null,"tool_call_id":null,'
+        b'"tool_name":"t","ts":null,"event_id":"r:1","action":"allow","level":"none",'
+        b'"detector":null,"count":null,"message":null,"warning_key":null,'
+        b'"paired_tool_name":null,"args_hash":null,"config_hash":"c"}',
+        T0,
+    )
     snap = s.snapshot(T0 + 1)
     assert snap["undecodable"] == 1 and snap["decisions"] == 1
 
@@ -72,8 +103,15 @@ def test_looping_runs_latest_flag_per_run_newest_first():
     runs = s.snapshot(T0 + 6)["looping_runs"]
     assert [r["run_id"] for r in runs] == ["a", "b"]
     a = runs[0]
-    assert (a["action"], a["detector"], a["count"], a["tool_name"], a["gateway_id"], a["agent_id"], a["message"]) == \
-        ("block", "generic_repeat", 20, "read", "gw-1", "main", "stop")
+    assert (a["action"], a["detector"], a["count"], a["tool_name"], a["gateway_id"], a["agent_id"], a["message"]) == (
+        "block",
+        "generic_repeat",
+        20,
+        "read",
+        "gw-1",
+        "main",
+        "stop",
+    )
     assert a["age_s"] == 3.0 and a["looping_for_s"] == 2.0
     assert runs[1]["paired_tool_name"] == "cat"
 
@@ -144,8 +182,14 @@ def test_dead_letters_and_worker_lag():
     assert snap["dead_letters"]["total"] == 3
     assert snap["dead_letters"]["by_reason"] == {"decode": 1, "missing_key": 2}
     assert snap["dead_letters"]["per_minute"] == pytest.approx(3.0)
-    assert snap["workers"][0] == {"url": "http://w1/metrics", "reachable": True, "lag": 12,
-                                  "partitions": {"0": 5, "1": 7}, "error": None, "age_s": 57.0}
+    assert snap["workers"][0] == {
+        "url": "http://w1/metrics",
+        "reachable": True,
+        "lag": 12,
+        "partitions": {"0": 5, "1": 7},
+        "error": None,
+        "age_s": 57.0,
+    }
     assert snap["workers"][1]["reachable"] is False and snap["workers"][1]["lag"] is None
 
 
@@ -158,23 +202,27 @@ def test_parse_from():
     assert parse_from("-30s", now) == now - 30
     assert parse_from("2h", now) == now - 7200
     assert parse_from("-1d", now) == now - 86400
-    assert parse_from("2024-05-01T12:00:00Z", now) == datetime(2024, 5, 1, 12, tzinfo=timezone.utc).timestamp()
-    assert parse_from("2024-05-01T14:00:00+02:00", now) == datetime(2024, 5, 1, 12, tzinfo=timezone.utc).timestamp()
+    assert parse_from("2024-05-01T12:00:00Z", now) == datetime(2024, 5, 1, 12, tzinfo=UTC).timestamp()
+    assert parse_from("2024-05-01T14:00:00+02:00", now) == datetime(2024, 5, 1, 12, tzinfo=UTC).timestamp()
     assert parse_from("2024-05-01T12:00:00", now) == datetime(2024, 5, 1, 12).timestamp()  # local time
     with pytest.raises(SettingsError, match="--from"):
         parse_from("yesterday", now)
 
 
 def test_helpers():
-    text = ("# HELP loopwarden_consumer_lag Events not yet folded\n# TYPE loopwarden_consumer_lag gauge\n"
-            'loopwarden_consumer_lag{partition="0"} 3.0\nloopwarden_consumer_lag{partition="5"} 0.0\n'
-            '# TYPE loopwarden_dead_letters_total counter\nloopwarden_dead_letters_total{reason="x"} 2.0\n')
+    text = (
+        "# HELP loopwarden_consumer_lag Events not yet folded\n# TYPE loopwarden_consumer_lag gauge\n"
+        'loopwarden_consumer_lag{partition="0"} 3.0\nloopwarden_consumer_lag{partition="5"} 0.0\n'
+        '# TYPE loopwarden_dead_letters_total counter\nloopwarden_dead_letters_total{reason="x"} 2.0\n'
+    )
     assert parse_lags(text) == {0: 3, 5: 0}
     assert parse_lags("") == {}
     assert metrics_url("127.0.0.1:6066") == "http://127.0.0.1:6066/metrics"
     assert metrics_url("http://w:6066") == "http://w:6066/metrics"
     assert metrics_url("https://w/x/metrics") == "https://w/x/metrics"
-    assert dead_letter_reason([("loopwarden.source.topic", b"t"), ("loopwarden.error", b"missing_key")]) == "missing_key"
+    assert (
+        dead_letter_reason([("loopwarden.source.topic", b"t"), ("loopwarden.error", b"missing_key")]) == "missing_key"
+    )
     assert dead_letter_reason(None) == "unknown"
     assert cut_middle("run-0123456789abcdef", 9) == "run-…cdef"
 
@@ -200,10 +248,22 @@ def fleet_snapshot(long: bool = True) -> dict:
         for j in range(5):
             t += 0.2
             s.add(dec(run, j, gw=gw, agent=agent, tool=tool), t)
-        s.add(dec(run, 9, action, det, gw=gw, agent=agent, tool=tool, count=10 + i,
-                  paired="write" if det == "ping_pong" else None,
-                  message="Tool call loop detected: the same call was made 20 times with identical arguments "
-                          "and no progress; stop retrying and report the failure to the user."), t)
+        s.add(
+            dec(
+                run,
+                9,
+                action,
+                det,
+                gw=gw,
+                agent=agent,
+                tool=tool,
+                count=10 + i,
+                paired="write" if det == "ping_pong" else None,
+                message="Tool call loop detected: the same call was made 20 times with identical arguments "
+                "and no progress; stop retrying and report the failure to the user.",
+            ),
+            t,
+        )
     s.watch_dead_letters()
     s.add_dead_letter("missing_key", t)
     s.set_worker("http://127.0.0.1:6066/metrics", {0: 4, 1: 0}, t)
@@ -219,7 +279,7 @@ def rendered(snap: dict, width: int, height: int | None = None) -> list[str]:
 def run_rows(lines: list[str]) -> list[str]:
     i = next(n for n, ln in enumerate(lines) if ln.startswith("looping now:"))
     assert lines[i + 1].split()[:4] == ["action", "detector", "tool", "run"]
-    return lines[i + 2:]
+    return lines[i + 2 :]
 
 
 @pytest.mark.parametrize("width", [80, 160])
@@ -231,7 +291,7 @@ def test_every_looping_row_shows_action_detector_tool_and_run(width):
     assert all(len(ln) <= width for ln in lines), max(lines, key=len)
     rows = run_rows(lines)
     assert len(rows) == len(runs)
-    for r, row in zip(runs, rows):
+    for r, row in zip(runs, rows, strict=True):
         cells = row.split()
         assert cells[0] == r["action"]
         assert cells[1] in (r["detector"], DETECTOR_SHORT[r["detector"]])
@@ -254,7 +314,7 @@ def test_at_160_columns_the_rows_are_whole(long):
     snap = fleet_snapshot(long)
     lines = rendered(snap, 160)
     rows = run_rows(lines)
-    for r, row in zip(snap["looping_runs"], rows):
+    for r, row in zip(snap["looping_runs"], rows, strict=False):
         tool = r["tool_name"] + (f"/{r['paired_tool_name']}" if r["paired_tool_name"] else "")
         for whole in (r["action"], r["detector"], tool, r["run_id"]):
             assert whole in row
@@ -275,9 +335,20 @@ def test_at_80_columns_the_least_important_columns_go_first():
 @pytest.mark.parametrize("width", [50, 60, 70, 80, 100, 120, 160, 200])
 def test_columns_fit_at_any_width(width):
     snap = fleet_snapshot()
-    cols = run_columns([{k: str(v) for k, v in r.items()} | {"tool": r["tool_name"], "run": r["run_id"],
-                                                             "gateway": r["gateway_id"], "agent": r["agent_id"],
-                                                             "age": "1s"} for r in snap["looping_runs"]], width)
+    cols = run_columns(
+        [
+            {k: str(v) for k, v in r.items()}
+            | {
+                "tool": r["tool_name"],
+                "run": r["run_id"],
+                "gateway": r["gateway_id"],
+                "agent": r["agent_id"],
+                "age": "1s",
+            }
+            for r in snap["looping_runs"]
+        ],
+        width,
+    )
     keys = [c.key for c, _ in cols]
     assert keys[:4] == ["action", "detector", "tool", "run"]
     assert sum(w for _, w in cols) + len(cols) - 1 <= width
@@ -287,10 +358,23 @@ def test_columns_fit_at_any_width(width):
 
 
 def test_dropping_order_is_message_agent_gateway():
-    rows = [{"action": "block", "detector": "generic_repeat", "tool": "read_file", "run": "run-123456",
-             "count": "20", "age": "1s", "gateway": "gateway-01", "agent": "agent-0001", "message": "m" * 40}]
+    rows = [
+        {
+            "action": "block",
+            "detector": "generic_repeat",
+            "tool": "read_file",
+            "run": "run-123456",
+            "count": "20",
+            "age": "1s",
+            "gateway": "gateway-01",
+            "agent": "agent-0001",
+            "message": "m" * 40,
+        }
+    ]
+
     def keys(w):
         return [c.key for c, _ in run_columns(rows, w)]
+
     assert "message" in keys(120)
     widths = range(40, 121)
     first_with = {k: next(w for w in widths if k in keys(w)) for k in ("count", "gateway", "agent", "message")}
