@@ -11,7 +11,6 @@ from aiokafka.errors import KafkaError
 from .. import connect
 from ..errors import BrokerError, broker_error
 from ..settings import Settings
-from .core import Msg
 
 
 class TopicRange:
@@ -101,7 +100,7 @@ class TopicRange:
         times = [self.last_ts.get(p) for p in live]
         return None if any(t is None for t in times) else min(times)  # type: ignore[type-var]
 
-    async def chunk(self, timeout_ms: int = 1000) -> list[Msg]:
+    async def chunk(self, timeout_ms: int = 1000) -> list[Any]:
         """The next records, each partition's in offset order; [] when done or idle."""
         assert self.consumer is not None
         if self.finished:
@@ -110,20 +109,21 @@ class TopicRange:
             got = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=20000)
         except KafkaError as exc:
             raise broker_error(exc, self.settings) from None
-        out: list[Msg] = []
+        out: list[Any] = []  # aiokafka's records: partition, offset, timestamp, key, value (as Msg)
         for tp, records in got.items():
             p = tp.partition
             end = self.ends[p]
-            for r in records:
-                if r.offset >= end:
-                    break
-                out.append(Msg(p, r.offset, r.timestamp, r.key, r.value))
+            reached = bool(records) and records[-1].offset >= end - 1
+            if records and records[-1].offset >= end:
+                records = [r for r in records if r.offset < end]
             if records:
-                kept = [r for r in records if r.offset < end]
-                if kept:
-                    self.last_ts[p] = max(self.last_ts.get(p, kept[-1].timestamp), kept[-1].timestamp)
-                self.position[p] = min(end, records[-1].offset + 1)
-            if self.position[p] >= end or (records and records[-1].offset + 1 >= end):
+                out.extend(records)
+                last = records[-1]
+                self.last_ts[p] = max(self.last_ts.get(p, last.timestamp), last.timestamp)
+                self.position[p] = last.offset + 1
+            if reached:  # a record at or past the end was read (offsets may have gaps)
+                self.position[p] = end
+            if self.position[p] >= end:
                 self.position[p] = end
                 self.done.add(p)
                 self.consumer.pause(tp)
