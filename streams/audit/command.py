@@ -118,7 +118,9 @@ async def audit(settings: Settings, args: Any, out: TextIO) -> int:
                     break
                 for m in await decisions.chunk():
                     a.recorded(m)
-            a.events(chunk)
+            for i in range(0, len(chunk), 2000):
+                a.events(chunk[i : i + 2000])
+                await asyncio.sleep(0)  # the consumer fetches the next records meanwhile
             h = events.horizon()
             if h is not None:
                 a.expire(h)
