@@ -1,12 +1,15 @@
 """Latency and throughput on the project's local broker, measured side by side.
 
-    python -m benchmarks.kafka [--bootstrap HOST:PORT] [--rate 1000] [--seconds 10]
+    python -m benchmarks.kafka [--bootstrap HOST:PORT] [--rates 300,1000] [--seconds 10]
                                [--latency-rounds 3] [--events 60000] [--rounds 3]
+                               [--series echo,faust_echo,loopwarden] [--b-tree DIR] [--b-env K=V]
+                               [--variant NAME=DIR[,K=V...]]
 
 Without --bootstrap it starts its own local broker (full JIT) and stops it at the end.
-Latency: after one round that is not counted (it warms the broker up), each round runs
-four open loops at --rate calls per second (3 s of warm-up, then --seconds measured),
-8 gateways, same message sizes and partitions:
+Latency: after one round that is not counted (it warms the broker up), for each rate of
+--rates in turn, each round runs four open loops at that many calls per second (3 s of
+warm-up, then --seconds measured), 8 gateways, same message sizes and partitions; every
+rate has its own percentiles, ratios and per-round figures:
   echo                  bare aiokafka request-reply (benchmarks/echo_responder.py), a
                         producer and a decisions consumer per gateway, as GatewayClient
                         has: the physical floor, and the denominator of p99_ratio;
@@ -14,7 +17,13 @@ four open loops at --rate calls per second (3 s of warm-up, then --seconds measu
                         can do, a fleet of gateways cannot);
   faust_echo            the same echo answered from a do-nothing Faust agent
                         (benchmarks/faust_echo.py): the framework's own floor;
-  loopwarden            GatewayClient.check through a worker process.
+  loopwarden            GatewayClient.check through a worker process (also: the CPU the
+                        worker used per event, and its events per batch, each round);
+  loopwarden_b          only with --b-tree or --b-env: the same through a worker run from
+                        another source tree (a directory holding a `streams` package, e.g. a
+                        copy of an older one) or with extra environment variables, so a change
+                        is measured A/B in the same rounds; --variant adds more such series
+                        (loopwarden_NAME), each with its tree and variables.
 Throughput: a bare aiokafka consume-and-produce loop over a preloaded topic, then in
 each round a do-nothing Faust agent (benchmarks/noop_agent.py), one loopwarden worker and
 two workers, each joining an empty topic that then gets all events at once; the headline
@@ -30,7 +39,6 @@ import asyncio
 import gc
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -42,10 +50,10 @@ from statistics import median
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from benchmarks.trace import generate
-from streams.tools import localkafka
-from streams.tools.launch import Worker, stop_process
 from streams import settings as settings_mod
 from streams.client import GatewayClient, partition_for
+from streams.tools import localkafka
+from streams.tools.launch import Worker, stop_process
 from streams.topics import create_topics
 from streams.worker.producer import BatchProducer, OutRecord
 
@@ -130,11 +138,12 @@ async def wait_ready(proc: subprocess.Popen, what: str, log: Path) -> None:
 
 
 async def echo_latency(bootstrap: str, rate: float, seconds: float, tmp: Path, responder: str = "bare",
-                       producers: int = GATEWAYS) -> list[float]:
+                       producers: int = GATEWAYS, stats: list | None = None) -> list[float]:
     """The request-reply floor: `producers` producers (one per gateway, as each GatewayClient
     has its own; 1 lets the gateways share one, which a fleet cannot), one consumer per
     gateway reading its decisions partition, and a responder that answers each request:
-    a bare aiokafka loop ("bare") or a Faust agent ("faust")."""
+    a bare aiokafka loop ("bare") or a Faust agent ("faust"). Appends to `stats` the CPU
+    the responder used per call (µs, over the whole open loop)."""
     prefix = f"bench-echo-{uuid.uuid4().hex[:6]}."
     s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
     await create_topics(s)
@@ -183,7 +192,10 @@ async def echo_latency(bootstrap: str, rate: float, seconds: float, tmp: Path, r
                                               headers=[("gw", f"sim-gw-{g:02d}".encode()), ("id", ident)])
             await asyncio.wait_for(fut, 10)
 
+        cpu0 = cpu_seconds(proc.pid)
         lat = await paced(rate, seconds, call)
+        if stats is not None:
+            stats.append({"cpu_us_per_event": round((cpu_seconds(proc.pid) - cpu0) / (rate * (seconds + 3)) * 1e6)})
         for r in readers:
             r.cancel()
         for c in consumers:
@@ -195,14 +207,37 @@ async def echo_latency(bootstrap: str, rate: float, seconds: float, tmp: Path, r
         end(proc)
 
 
-def start_worker(bootstrap: str, prefix: str, tmp: Path, name: str, extra=()) -> tuple[subprocess.Popen, int]:
-    """A healthy worker on the topics under `prefix` with CONFIG: (its process, its web port)."""
+def start_worker(bootstrap: str, prefix: str, tmp: Path, name: str, extra=(), tree: Path | None = None,
+                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
+    """A healthy worker on the topics under `prefix` with CONFIG: (its process, its web port).
+    `tree`: run it from that directory (its `streams` package); `env`: extra variables."""
     cfg = tmp / "config.json"
     cfg.write_text(json.dumps(CONFIG))
-    w = Worker(worker_flags(bootstrap, prefix, tmp, name, list(extra)), tmp / f"worker-{name}.log", cwd=ROOT)
-    w.start()
+    w = Worker(worker_flags(bootstrap, prefix, tmp, name, list(extra)), tmp / f"worker-{name}.log",
+               cwd=tree or ROOT)
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})  # the child inherits them when it is spawned
+    try:
+        w.start()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     assert w.proc is not None
     return w.proc, w.port
+
+
+def worker_metric(port: int, name: str) -> float:
+    """One unlabelled sample of the worker's /metrics (0.0 when absent)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return 0.0
 
 
 def worker_flags(bootstrap: str, prefix: str, tmp: Path, name: str, extra: list[str]) -> list[str]:
@@ -211,11 +246,14 @@ def worker_flags(bootstrap: str, prefix: str, tmp: Path, name: str, extra: list[
             "--data-dir", str(tmp / f"data-{name}"), *extra]
 
 
-async def loopwarden_latency(bootstrap: str, rate: float, seconds: float, tmp: Path) -> list[float]:
+async def loopwarden_latency(bootstrap: str, rate: float, seconds: float, tmp: Path, stats: list | None = None,
+                             tree: Path | None = None, env: dict[str, str] | None = None) -> list[float]:
+    """GatewayClient.check through a worker; appends to `stats` the CPU the worker used per
+    event (µs, over the whole open loop, warm-up included) and its mean events per batch."""
     prefix = f"bench-lw-{uuid.uuid4().hex[:6]}."
     s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
     await create_topics(s)
-    worker, _ = start_worker(bootstrap, prefix, tmp, "latency")
+    worker, port = start_worker(bootstrap, prefix, tmp, "latency", tree=tree, env=env)
     try:
         clients = [GatewayClient(settings=s, gateway_id=f"sim-gw-{g:02d}", timeout_s=10) for g in range(GATEWAYS)]
         for c in clients:
@@ -225,7 +263,14 @@ async def loopwarden_latency(bootstrap: str, rate: float, seconds: float, tmp: P
             d = await clients[i % GATEWAYS].check(f"run-{i % 400}", "read", params_of(i))
             assert not d.degraded
 
+        ev0, b0 = worker_metric(port, "loopwarden_events_total"), worker_metric(port, "loopwarden_batch_events_count")
+        cpu0 = cpu_seconds(worker.pid)
         lat = await paced(rate, seconds, call)
+        cpu1 = cpu_seconds(worker.pid)
+        ev1, b1 = worker_metric(port, "loopwarden_events_total"), worker_metric(port, "loopwarden_batch_events_count")
+        if stats is not None and ev1 > ev0:
+            stats.append({"cpu_us_per_event": round((cpu1 - cpu0) / (ev1 - ev0) * 1e6),
+                          "events_per_batch": round((ev1 - ev0) / max(1.0, b1 - b0), 2)})
         for c in clients:
             await c.__aexit__(None, None, None)
         return lat
@@ -431,27 +476,80 @@ SERIES = {  # name -> what it is
     "echo_shared_producer": "bare aiokafka echo, the gateways sharing one producer (fewer, fuller requests)",
     "faust_echo": "the same echo answered from a do-nothing Faust agent (the framework's floor)",
     "loopwarden": "GatewayClient.check through a loopwarden worker",
+    "loopwarden_b": "the same through a worker from --b-tree and/or with --b-env (A/B in the same rounds)",
 }
 
 
-async def latency(bootstrap: str, rate: float, seconds: float, rounds: int, tmp: Path) -> dict[str, list]:
-    """Every series in each round, in an order rotated from round to round, so slow drifts
-    of a shared, noisy machine fall on all of them alike; per series, each round's
-    latencies (pooled for the headline percentiles). An uncounted round goes first."""
+def runners(bootstrap: str, rate: float, seconds: float, tmp: Path, stats: dict[str, list],
+            variants: dict[str, tuple[Path | None, dict[str, str]]]) -> dict:
+    """Each series at one rate: name -> a coroutine function giving one round's latencies."""
     run = {
         "echo": lambda: echo_latency(bootstrap, rate, seconds, tmp),
         "echo_shared_producer": lambda: echo_latency(bootstrap, rate, seconds, tmp, producers=1),
-        "faust_echo": lambda: echo_latency(bootstrap, rate, seconds, tmp, responder="faust"),
-        "loopwarden": lambda: loopwarden_latency(bootstrap, rate, seconds, tmp),
+        "faust_echo": lambda: echo_latency(bootstrap, rate, seconds, tmp, responder="faust",
+                                           stats=stats["faust_echo"]),
+        "loopwarden": lambda: loopwarden_latency(bootstrap, rate, seconds, tmp, stats["loopwarden"]),
     }
-    names = list(run)
-    out: dict[str, list] = {n: [] for n in names}
-    for name in names:  # a round not counted: the broker's JIT needs about a minute of traffic
-        await run[name]()
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            out[name].append(await run[name]())
+    for name, (tree, env) in variants.items():
+        run[name] = (lambda name=name, tree=tree, env=env:
+                     loopwarden_latency(bootstrap, rate, seconds, tmp, stats[name], tree=tree, env=env))
+    return run
+
+
+async def latency(bootstrap: str, rates: list[float], seconds: float, rounds: int, tmp: Path,
+                  names: list[str], variants: dict[str, tuple[Path | None, dict[str, str]]],
+                  ) -> dict[float, tuple[dict[str, list], dict[str, list]]]:
+    """Per rate, every series in each round, in an order rotated from round to round, so
+    slow drifts of a shared, noisy machine fall on all of them alike; per rate and series,
+    each round's latencies (pooled for the headline percentiles) and the worker's figures.
+    An uncounted round goes first (at the first rate)."""
+    out: dict[float, tuple[dict[str, list], dict[str, list]]] = {}
+    warm = True
+    for rate in rates:
+        stats: dict[str, list] = {"faust_echo": [], "loopwarden": [], **{n: [] for n in variants}}
+        run = runners(bootstrap, rate, seconds, tmp, stats, variants)
+        lat: dict[str, list] = {n: [] for n in names}
+        if warm:  # a round not counted: the broker's JIT needs about a minute of traffic
+            for name in names:
+                await run[name]()
+            for v in stats.values():
+                v.clear()
+            warm = False
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                lat[name].append(await run[name]())
+        out[rate] = (lat, {k: v for k, v in stats.items() if v})
     return out
+
+
+def latency_report(lat: dict[str, list], stats: dict[str, list]) -> dict:  # noqa: C901
+    """One rate's figures: pooled percentiles per series, the ratios of p99s (pooled, and
+    per round beside their median), each round's p50 and p99, the worker's CPU per event."""
+    pooled = {name: [x for xs in rounds for x in xs] for name, rounds in lat.items()}
+    res: dict = {}
+    for name, xs in pooled.items():
+        for p in (0.5, 0.95, 0.99):
+            res[f"{name}_p{round(p * 100)}_ms"] = pct(xs, p)
+    ratios = {"p99_ratio": ("loopwarden", "echo"), "p99_ratio_to_faust_echo": ("loopwarden", "faust_echo"),
+              "faust_echo_p99_ratio": ("faust_echo", "echo"), "b_p99_ratio": ("loopwarden_b", "loopwarden"),
+              "b_p99_ratio_to_faust_echo": ("loopwarden_b", "faust_echo")}
+    for name in lat:
+        if name.startswith("loopwarden_") and name != "loopwarden_b":
+            ratios[f"{name}_p99_ratio_to_loopwarden"] = (name, "loopwarden")
+            ratios[f"{name}_p99_ratio_to_faust_echo"] = (name, "faust_echo")
+    ratios = {k: v for k, v in ratios.items() if v[0] in lat and v[1] in lat}
+    rounds: dict = {"calls": {n: [len(xs) for xs in r] for n, r in lat.items()},
+                    "p50_ms": {n: [pct(xs, 0.5) for xs in r] for n, r in lat.items()},
+                    "p99_ms": {n: [pct(xs, 0.99) for xs in r] for n, r in lat.items()}}
+    for key, (a, b) in ratios.items():
+        res[key] = round(pct(pooled[a], 0.99) / pct(pooled[b], 0.99), 2)
+        per = [round(pct(x, 0.99) / pct(y, 0.99), 2) for x, y in zip(lat[a], lat[b], strict=True)]
+        rounds[key] = per
+        res[f"{key}_median_of_rounds"] = median(per)
+    res["rounds"] = rounds
+    for name, st in stats.items():  # the responder's or the worker's CPU per event, per round
+        res[f"{name}_worker"] = {k: [x[k] for x in st] for k in st[0]} if st else {}
+    return res
 
 
 def plot(series: dict[str, list[float]], path: Path) -> str | None:
@@ -480,33 +578,42 @@ async def main_async(args) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="loopwarden-bench-"))
     broker = None
     bootstrap = args.bootstrap or os.environ.get("LOOPWARDEN_BOOTSTRAP")
+    rates = [float(r) for r in (args.rates or str(args.rate)).split(",")]
+    names = [n for n in (args.series or "echo,echo_shared_producer,faust_echo,loopwarden").split(",") if n]
+    b_env = dict(kv.split("=", 1) for kv in args.b_env)
+    variants: dict[str, tuple[Path | None, dict[str, str]]] = {}
+    if args.b_tree or b_env:
+        variants["loopwarden_b"] = (Path(args.b_tree) if args.b_tree else None, b_env)
+    for spec in args.variant:  # NAME=DIR[,K=V...]; DIR may be empty (this tree)
+        name, rest = spec.split("=", 1)
+        tree, *kvs = rest.split(",")
+        variants["loopwarden_" + name] = (Path(tree) if tree else None, dict(kv.split("=", 1) for kv in kvs))
+    names += [n for n in variants if n not in names]
+    SERIES.update({n: f"loopwarden through a worker from {t or 'this tree'} with {e or 'no extra variables'}"
+                   for n, (t, e) in variants.items() if n != "loopwarden_b"})
+    if unknown := [n for n in names if n not in SERIES]:
+        raise SystemExit(f"unknown series {unknown}; known: {list(SERIES)}")
     if not bootstrap:
         broker = localkafka.start(tmp / "kafka", heap="768m", full_jit=True)
         bootstrap = broker.bootstrap
+    load0 = os.getloadavg()
     try:
-        lat = await latency(bootstrap, args.rate, args.seconds, args.latency_rounds, tmp) if args.seconds else {}
+        lat = await latency(bootstrap, rates, args.seconds, args.latency_rounds, tmp, names,
+                            variants) if args.seconds else {}
         tp = await throughput(bootstrap, args.events, args.rounds, tmp, broker.pid if broker else None) \
             if args.events else {}
     finally:
         if broker:
             localkafka.stop(broker)
-    result: dict = {"benchmark": "kafka", "rate_per_s": args.rate, "seconds_per_round": args.seconds}
+    result: dict = {"benchmark": "kafka", "rates_per_s": rates, "seconds_per_round": args.seconds,
+                    "loadavg_1m_before_after": [round(load0[0], 2), round(os.getloadavg()[0], 2)]}
+    if variants:
+        result["variants"] = {n: {"tree": str(t) if t else None, "env": e} for n, (t, e) in variants.items()}
     if lat:
-        pooled = {name: [x for xs in rounds for x in xs] for name, rounds in lat.items()}
-        for name, xs in pooled.items():
-            for p in (0.5, 0.95, 0.99):
-                result[f"{name}_p{round(p * 100)}_ms"] = pct(xs, p)
-        result["p99_ratio"] = round(pct(pooled["loopwarden"], 0.99) / pct(pooled["echo"], 0.99), 2)
-        result["p99_ratio_to_faust_echo"] = round(
-            pct(pooled["loopwarden"], 0.99) / pct(pooled["faust_echo"], 0.99), 2)
-        result["faust_echo_p99_ratio"] = round(pct(pooled["faust_echo"], 0.99) / pct(pooled["echo"], 0.99), 2)
-        result["latency_rounds"] = {
-            "calls": {name: [len(xs) for xs in rounds] for name, rounds in lat.items()},
-            "p99_ms": {name: [pct(xs, 0.99) for xs in rounds] for name, rounds in lat.items()},
-            "p99_ratio": [round(pct(a, 0.99) / pct(b, 0.99), 2) for a, b in zip(lat["loopwarden"], lat["echo"])],
-        }
-        result["latency_series"] = SERIES
-        result["plot"] = plot(pooled, ROOT / "benchmarks" / "out" / "latency.png")
+        result["latency"] = {f"{rate:g}": latency_report(*lat[rate]) for rate in rates}
+        result["latency_series"] = {n: SERIES[n] for n in names}
+        result["plots"] = [plot({n: [x for xs in r for x in xs] for n, r in lat[rate][0].items()},
+                                ROOT / "benchmarks" / "out" / f"latency-{rate:g}.png") for rate in rates]
     result.update(tp)
     return result
 
@@ -514,7 +621,15 @@ async def main_async(args) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap")
-    ap.add_argument("--rate", type=float, default=1000.0)
+    ap.add_argument("--rates", help="comma-separated calls per second, each measured in turn (default: --rate)")
+    ap.add_argument("--rate", type=float, default=1000.0, help="one rate, when --rates is not given")
+    ap.add_argument("--series", help="comma-separated latency series (default: echo, echo_shared_producer, "
+                                     "faust_echo, loopwarden)")
+    ap.add_argument("--b-tree", help="add loopwarden_b: a worker run from this directory (its streams package)")
+    ap.add_argument("--b-env", action="append", default=[], metavar="K=V",
+                    help="add loopwarden_b: a worker with this environment variable (repeatable)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=DIR[,K=V...]",
+                    help="add loopwarden_NAME: a worker from DIR (empty: this tree) with these variables")
     ap.add_argument("--seconds", type=float, default=10.0,
                     help="seconds each latency series runs per round, after 3 s of warm-up (0: skip latency)")
     ap.add_argument("--latency-rounds", type=int, default=3,
