@@ -34,25 +34,13 @@ def _decision(
     warning_key: str | None = None,
     paired: str | None = None,
 ) -> Decision:
-    return Decision(
-        run_id=ev.run_id,
-        seq=ev.seq,
-        gateway_id=ev.gateway_id,
-        agent_id=ev.agent_id,
-        tool_call_id=ev.tool_call_id,
-        tool_name=tool,
-        ts=ev.ts,
-        event_id=f"{ev.run_id}:{ev.seq}",
-        action=action,
-        level=level,
-        detector=detector,
-        count=count,
-        message=BY_NAME[detector].message(action, tool, count, paired) if detector is not None else None,
-        warning_key=warning_key,
-        paired_tool_name=paired,
-        args_hash=sig,
-        config_hash=cfg.config_hash,
-    )
+    message = BY_NAME[detector].message(action, tool, count, paired) if detector is not None else None
+    # By position, in the wire order: run_id, seq, gateway_id, agent_id, tool_call_id,
+    # tool_name, ts, event_id, action, level, detector, count, message, warning_key,
+    # paired_tool_name, args_hash, config_hash.
+    return Decision(ev.run_id, ev.seq, ev.gateway_id, ev.agent_id, ev.tool_call_id, tool, ev.ts,
+                    f"{ev.run_id}:{ev.seq}", action, level, detector, count, message, warning_key, paired, sig,
+                    cfg.config_hash)
 
 
 def _remember(answers: tuple[Answer, ...], a: Answer) -> tuple[Answer, ...]:
@@ -106,11 +94,19 @@ def _on_call(state: RunState, ev: ToolCall, cfg: AgentConfig, ts: int | None) ->
             v = detector.evaluate(scan, cfg)
             if v is not None:
                 break
-    if v is None:
-        d = _decision(ev, tool, sig, cfg)
-        a = Answer(ev.seq, "allow", "none")
-        history = _append(history, HistoryEntry(tool, sig, ev.tool_call_id), cfg.history_size)
-        return replace(state, last_seq=ev.seq, last_ts=ts, history=history, answers=_remember(state.answers, a)), (d,)
+    if v is None:  # allow: the common case, inlined
+        seq = ev.seq
+        run = ev.run_id
+        call_id = ev.tool_call_id
+        d = Decision(run, seq, ev.gateway_id, ev.agent_id, call_id, tool, ev.ts, f"{run}:{seq}", "allow", "none",
+                     None, None, None, None, None, sig, cfg.config_hash)
+        entry = HistoryEntry(tool, sig, call_id)
+        size = cfg.history_size
+        history = history[len(history) - size + 1:] + (entry,) if len(history) >= size else history + (entry,)
+        answers = state.answers
+        a = Answer(seq, "allow", "none")
+        answers = answers[-_KEEP_ANSWERS:] + (a,) if len(answers) >= REMEMBERED_DECISIONS else answers + (a,)
+        return replace(state, last_seq=seq, last_ts=ts, history=history, answers=answers), (d,)
     name = v.detector.name
     warned = state.warned
     if v.level == "critical":
@@ -136,11 +132,16 @@ def _on_result(state: RunState, ev: ToolResult, cfg: AgentConfig, ts: int | None
     # Fill the newest entry of this call still waiting for its outcome, else append one.
     history = state.history
     want_id = ev.tool_call_id
-    for i in range(len(history) - 1, -1, -1):
+    last = len(history) - 1
+    for i in range(last, -1, -1):
         r = history[i]
         if (r.result_hash is None and r.args_hash == sig and r.tool_name == tool
                 and (want_id is None or r.tool_call_id == want_id)):
-            history = history[:i] + (HistoryEntry(tool, sig, r.tool_call_id, rh, unknown),) + history[i + 1:]
+            filled = HistoryEntry(tool, sig, r.tool_call_id, rh, unknown)
+            if i == last:  # the usual case: the result of the newest call
+                history = history[:i] + (filled,)
+            else:
+                history = history[:i] + (filled,) + history[i + 1:]
             break
     else:
         history = _append(history, HistoryEntry(tool, sig, want_id, rh, unknown), cfg.history_size)

@@ -241,7 +241,8 @@ def call_key(ev: ToolCall | ToolResult) -> tuple[str, str]:
     tool = _NAMES.get(name) or normalize_tool_name(name)
     sig = ev.args_hash
     if sig is UNSET:
-        sig = call_signature(tool, ev.params)
+        params = ev.params
+        sig = tool + ":" + digest(plan_shape(params) if tool == "update_plan" else params)  # call_signature
     return tool, sig
 
 

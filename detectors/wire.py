@@ -73,8 +73,10 @@ class RunEnd(_Event, tag="run_end", frozen=True):
 Event = ToolCall | ToolResult | CompactionRetry | RunEnd
 
 
-class Decision(Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
-    """The verdict for one event; field order is the wire order."""
+class Decision(Struct, frozen=True, omit_defaults=True, gc=False):
+    """The verdict for one event; field order is the wire order. The engine builds one
+    per call by position (msgspec matches 17 keywords about eight times slower); new
+    fields go at the end, with defaults."""
 
     run_id: str
     seq: int
