@@ -21,6 +21,7 @@ _UNKNOWN_TOOL = (
     re.compile(r"tool\s+[\"']?([a-z0-9_.-]+)[\"']?\s+(?:not found|is not available)", re.IGNORECASE | re.ASCII),
 )
 _POLL_ACTIONS = frozenset({"poll", "log"})
+_SPECIAL_OUTCOMES = frozenset({"exec", "process", "sessions_send", "message", "update_plan"})  # rules 6-9
 _SEND_ACTIONS = frozenset(
     {"send", "broadcast", "reply", "thread-reply", "sendWithEffect", "sendAttachment", "upload-file", "sticker", "poll"}
 )
@@ -217,18 +218,20 @@ def outcome(tool_name: str, params: Any, result: Any, error: Any) -> tuple[str |
     text = _text_of(result)
     if details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
         return None, None
-    if tool_name == "exec":
-        h = _exec_outcome(details, text)
-        if h is not None:
-            return h, None
-    if tool_name == "process" and isinstance(params, dict):
-        action = params.get("action")
-        if action in _POLL_ACTIONS:
-            return _process_outcome(action, details, text), None
-    if _is_send_like(tool_name, params):
-        return digest(_strip_volatile(details)), None
-    if tool_name == "update_plan":
-        return digest({"details": plan_shape(details), "text": ""}), None
+    if tool_name in _SPECIAL_OUTCOMES:
+        if tool_name == "exec":
+            h = _exec_outcome(details, text)
+            if h is not None:
+                return h, None
+        if tool_name == "process" and isinstance(params, dict):
+            action = params.get("action")
+            if action in _POLL_ACTIONS:
+                return _process_outcome(action, details, text), None
+    if tool_name in _SPECIAL_OUTCOMES:
+        if _is_send_like(tool_name, params):
+            return digest(_strip_volatile(details)), None
+        if tool_name == "update_plan":
+            return digest({"details": plan_shape(details), "text": ""}), None
     return digest({"details": details, "text": text}), None
 
 
