@@ -32,6 +32,7 @@ from ..settings import Settings
 from .metrics import Metrics
 from .producer import BatchProducer, OutRecord
 from .run_store import RunStore
+from .tracing import from_env as tracer_from_env
 
 log = logging.getLogger("loopwarden.worker")
 
@@ -111,7 +112,10 @@ class BatchLoop(Service):
         self.interval = settings.flush_interval_ms / 1000.0
         self.progress: dict[int, int] = {}  # partition -> last offset folded
         self._waiting: list = []  # events passed on, not folded yet
+        self.trace = tracer_from_env()  # per-batch timings (tracing.py), off by default
+        self._arrivals: list[float] = []  # with a trace: when each waiting event was passed on
         self._arrived = asyncio.Event()
+        self._lag_seen, self._lag_due = 0, 0.0  # _behind's last lookup, and when it is due again
         self._full = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -131,6 +135,8 @@ class BatchLoop(Service):
         if self.failed is not None or self.should_stop:
             return  # never acknowledged: the partition's next owner folds it
         self._waiting.append(event)
+        if self.trace is not None:
+            self._arrivals.append(time.time())
         self._arrived.set()
         if len(self._waiting) >= self.settings.batch_max:
             self._full.set()
@@ -155,6 +161,8 @@ class BatchLoop(Service):
                     await asyncio.wait_for(producer.stop(), 5.0)
                 except Exception as exc:
                     log.warning("a producer did not stop cleanly: %r", exc)
+            if self.trace is not None:
+                self.trace.close()
 
     @Service.task
     async def _sweep_idle_runs(self) -> None:
@@ -201,7 +209,7 @@ class BatchLoop(Service):
         n = self.settings.batch_max
         while not self.should_stop:
             await self._arrived.wait()
-            if self.linger and len(self._waiting) < n and self.lag() >= n:
+            if self.linger and len(self._waiting) < n and self._behind(n):
                 # Behind: the events are already waiting in Kafka, so a fuller batch costs
                 # no latency, and it spreads the per-batch work (produce requests, futures)
                 # over more events. Caught up, a batch is folded at once.
@@ -212,14 +220,26 @@ class BatchLoop(Service):
                     pass
             try:
                 batch, self._waiting = self._waiting[:n], self._waiting[n:]
+                arrivals, self._arrivals = self._arrivals[:n], self._arrivals[n:]
                 if not self._waiting:
                     self._arrived.clear()
                 self._room.set()
-                await self._handle(batch)
+                await self._handle(batch, arrivals)
                 self.last_fold = time.monotonic()
             except Exception as exc:
                 self._fail(exc)
                 return
+
+    def _behind(self, n: int) -> bool:
+        """At least `n` events wait in Kafka. While caught up the lag is looked up again
+        only after 50 ms: at a few events per batch the lookup (the assignment and every
+        partition's highwater) cost about as much as the fold, and a burst is lingered for at
+        most that much later."""
+        now = time.monotonic()
+        if now >= self._lag_due:
+            self._lag_seen = self.lag()
+            self._lag_due = now if self._lag_seen >= n else now + 0.05
+        return self._lag_seen >= n
 
     @Service.timer(0.05)
     async def _flush_when_due(self) -> None:
@@ -236,8 +256,11 @@ class BatchLoop(Service):
             except Exception as exc:
                 self._fail(exc)
 
-    async def _handle(self, batch: list) -> None:
+    async def _handle(self, batch: list, arrivals: list[float] | None = None) -> None:
         s = self.settings
+        trace = self.trace
+        t = {"k": "batch", "n": len(batch), "f0": time.time()} if trace is not None else None
+        ids: list[tuple[str, int, int]] = []  # with a trace: (a decision's event id, its offset, partition)
         msgs = [e.message for e in batch]
         runs = self.runs
         out: list[OutRecord] = []
@@ -266,20 +289,48 @@ class BatchLoop(Service):
                 runs.stage(f.key, msg.partition, f.after, ended)  # type: ignore[arg-type]
             for d, raw in zip(f.decisions, f.encoded):
                 out.append(OutRecord(s.decisions_topic, d.gateway_id.encode(), raw))
+                if t is not None:
+                    ids.append((d.event_id, msg.offset, msg.partition))
                 k = (d.action, d.detector or "none")
                 counts[k] = counts.get(k, 0) + 1
+        if t is not None:
+            t["f1"] = t["w0"] = time.time()
         if self._sent:
             # This batch was folded while the last one travelled; wait for it before
             # queueing more, and let the events arriving meanwhile make the next batch.
             await asyncio.shield(self._sent[-1])
+        if t is not None:
+            t["w1"] = time.time()
         if out:
             self._sent.append(await self.publisher.send(out))
+        if t is not None:
+            self._trace_batch(t, msgs, arrivals or [], ids)
         # The states were staged before these events go into _unacked: a flush in
         # between stores a state ahead of its acknowledgement, never behind it.
         self._unacked.extend(batch)
         for m in msgs:
             self.progress[m.partition] = m.offset
         self._observe(msgs, len(msgs) - dead, counts)
+
+    def _trace_batch(self, t: dict, msgs: list, arrivals: list[float], ids: list[tuple[str, int, int]]) -> None:
+        """The batch's line of the trace, written once its decisions are acknowledged."""
+        t["q"] = time.time()
+        at = {(m.partition, m.offset): (a, m.timestamp) for m, a in zip(msgs, arrivals, strict=False)}
+        t["ids"] = [i for i, _, _ in ids]
+        t["arr"] = [at.get((p, o), (None, None))[0] for _, o, p in ids]
+        t["ts"] = [at.get((p, o), (None, None))[1] for _, o, p in ids]  # the records' Kafka timestamps (s)
+        assert self.trace is not None
+        tracer = self.trace
+
+        def acked(_: asyncio.Future) -> None:
+            t["ack"] = time.time()
+            tracer.line(t)
+
+        if self._sent and not self._sent[-1].done() and ids:
+            self._sent[-1].add_done_callback(acked)
+        else:
+            t["ack"] = t["q"]
+            tracer.line(t)
 
     def _observe(self, msgs: list, folded: int, counts: dict[tuple[str, str], int]) -> None:
         """Metrics once per batch (per-event calls into prometheus_client add up)."""
@@ -299,18 +350,25 @@ class BatchLoop(Service):
         changelog has a producer (a connection) of its own, so a large flush never
         holds up the decisions queued behind it."""
         async with self._flushing:
+            t0 = time.time()
             events, deliveries = self._unacked, self._sent
             self._unacked, self._sent = [], []
             self._last_flush = time.monotonic()
             cp = self.runs.checkpoint(final or self.hurry())  # stopping or rebalancing: Faust commits right after
+            t1 = time.time()
             written = await self.runs.write(cp)
+            t2 = time.time()
             if written is not None:
                 deliveries = [*deliveries, written]
             for d in deliveries:
                 await d
+            t3 = time.time()
             for e in events:
                 e.ack()
             self.runs.committed(cp)
+            if self.trace is not None:
+                self.trace.line({"k": "flush", "t0": t0, "cp": t1, "q": t2, "dur": t3, "ack": time.time(),
+                                 "states": len(cp.staged), "events": len(events)})
             if final:
                 await self.runs.close()
             self.metrics.flushes.inc()

@@ -1,0 +1,53 @@
+"""Per-batch timings for latency diagnosis, off unless LOOPWARDEN_TRACE_BATCHES names a file.
+
+With it set, the batch loop appends one JSON line per batch, per state flush and per
+garbage collection, all stamped with the wall clock (`time.time()`, seconds) so they
+line up with a gateway's own stamps on the same machine; benchmarks/latency_stages.py
+joins them with the gateways' send and receive times by event id. Lines:
+
+    {"k": "batch", "ids": [...], "arr": [...], "ts": [...], "f0", "f1", "w0", "w1", "q", "ack", "n"}
+        event ids of the batch's decisions, when each event reached the batch loop (its
+        `add`), each event's Kafka timestamp (the broker's append time on a topic with
+        message.timestamp.type=LogAppendTime), fold start/end, the wait for the previous batch's delivery (start/end),
+        decisions queued on the producer, and acknowledged by the broker;
+    {"k": "flush", "t0", "cp", "q", "dur", "ack", "states", "events"}
+        a state flush: start, checkpoint taken, records queued, everything durable,
+        input acknowledged, how many states and events;
+    {"k": "gc", "gen", "t0", "t1"}  a collection of the worker's garbage collector.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import time
+from typing import Any, TextIO
+
+ENV = "LOOPWARDEN_TRACE_BATCHES"
+
+
+class Tracer:
+    def __init__(self, path: str) -> None:
+        self._out: TextIO = open(path, "a", buffering=1 << 16)  # noqa: SIM115 - open for the worker's life
+        self._gc_start = 0.0
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_start = time.time()
+        else:
+            self.line({"k": "gc", "gen": info.get("generation"), "t0": self._gc_start, "t1": time.time()})
+
+    def line(self, record: dict[str, Any]) -> None:
+        self._out.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    def close(self) -> None:
+        if self._gc in gc.callbacks:
+            gc.callbacks.remove(self._gc)
+        self._out.close()
+
+
+def from_env() -> Tracer | None:
+    path = os.environ.get(ENV)
+    return Tracer(path) if path else None
