@@ -219,7 +219,7 @@ def _norm_id(v: Any) -> str | None:
 class DetectionConfig:
     """A loaded config: the resolved config of every listed agent, plus the global one."""
 
-    __slots__ = ("global_config", "_agents", "_default", "warnings", "source", "idle_timeout_ms")
+    __slots__ = ("global_config", "_agents", "_default", "warnings", "source", "idle_timeout_ms", "_by_raw_id")
 
     def __init__(self, doc: Any = None, source: str = "<config>") -> None:
         if doc is None:
@@ -233,6 +233,7 @@ class DetectionConfig:
         base = _block(doc, "", warnings)
         self.global_config = resolve(base, "", warnings, idle_timeout_ms=idle)
         self._agents: dict[str, AgentConfig] = {}
+        self._by_raw_id: dict[str, AgentConfig] = {}
         self._default: AgentConfig = self.global_config
         agents = doc.get("agents")
         entries = agents.get("list") if isinstance(agents, dict) else None
@@ -262,7 +263,12 @@ class DetectionConfig:
         """The effective config for an event's `agent_id` (None: the default agent)."""
         if agent_id is None:
             return self._default
-        return self._agents.get(agent_id.strip().lower(), self.global_config)
+        cfg = self._by_raw_id.get(agent_id)
+        if cfg is None:
+            cfg = self._agents.get(agent_id.strip().lower(), self.global_config)
+            if len(self._by_raw_id) < 4096:  # a bounded memo: ids as events spell them
+                self._by_raw_id[agent_id] = cfg
+        return cfg
 
     def agents(self) -> dict[str, AgentConfig]:
         """The listed agents' effective configs, by normalised id (an audit maps the

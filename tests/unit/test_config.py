@@ -65,3 +65,11 @@ def test_json5_is_accepted_and_garbage_is_a_config_error():
         load_config("{tools: ")
     with pytest.raises(ConfigError, match="must be an object"):
         load_config("[1]")
+
+
+def test_agent_lookups_stay_right_past_the_lookup_memo():
+    c = DetectionConfig({"agents": {"list": [{"id": "Safe", "tools": {"loopDetection": {"historySize": 7}}}]}})
+    for i in range(5000):  # more spellings than the memo keeps
+        assert c.for_agent(f"other-{i}") is c.global_config
+    assert [c.for_agent(s).history_size for s in ("Safe", " safe", "SAFE ", "Safe")] == [7, 7, 7, 7]
+    assert c.for_agent("safe-not") is c.global_config
