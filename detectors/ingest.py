@@ -61,8 +61,9 @@ def admit(value: bytes | None, key: bytes | None, max_event_bytes: int, keyed: b
     return ev
 
 
-def step(state: RunState | None, ev: Event, config: DetectionConfig
-         ) -> tuple[RunState | None, tuple[Decision, ...], list[bytes]]:
+def step(
+    state: RunState | None, ev: Event, config: DetectionConfig
+) -> tuple[RunState | None, tuple[Decision, ...], list[bytes]]:
     """`apply`, and each decision encoded for the wire: (new state, decisions, their JSON).
 
     A decision that cannot be encoded fails its event here, before the caller stores
@@ -131,7 +132,7 @@ def fold(
     get = states.get
     for position, key, value in source:
         try:
-            ev = value if isinstance(value, _Event) else admit(value, key, max_event_bytes, keyed)  # type: ignore[arg-type]
+            ev = value if isinstance(value, _Event) else admit(value, key, max_event_bytes, keyed)
             run = ev.run_id
             before = get(run, _UNSEEN)
             if before is _UNSEEN:

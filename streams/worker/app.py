@@ -239,8 +239,13 @@ def create_app(settings: Settings, config: DetectionConfig | None = None,
             assigned = sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == settings.events_topic)
         except Exception:  # the consumer is not started yet
             assigned = []
-        return web.json({"status": st, "app": settings.app_id, "partitions": assigned,
-                         "config": batches.config_id, "config_follows": following},
+        try:  # what the consumer holds back (Faust pauses partitions while it recovers tables)
+            paused = sorted(tp.partition for tp in app.consumer._paused_partitions if tp.topic == settings.events_topic)
+            flowing = app.flow_control.is_active()
+        except Exception:
+            paused, flowing = [], None
+        return web.json({"status": st, "app": settings.app_id, "partitions": assigned, "paused": paused,
+                         "flow_control": flowing, "config": batches.config_id, "config_follows": following},
                         status=200 if st == "ok" else 503)
 
     return app
