@@ -47,8 +47,9 @@ def _sha256(path: str) -> str:
 
 def _worktree(rev: str, into: str) -> str:
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", into, rev], check=True)
-    return subprocess.run(["git", "-C", into, "rev-parse", "--short", "HEAD"], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", into, "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def _time(cmd: list[str], cwd: str) -> tuple[float, float]:
@@ -74,8 +75,9 @@ def _profile(src: str, cfg: str) -> list[dict[str, object]]:
     stats = pstats.Stats(prof).stats
     top = sorted(stats.items(), key=lambda kv: kv[1][2], reverse=True)[:12]  # by own time
     total = sum(v[2] for v in stats.values())
-    return [{"function": f"{os.path.basename(k[0])}:{k[1]}:{k[2]}", "own_share": round(v[2] / total, 3)}
-            for k, v in top]
+    return [
+        {"function": f"{os.path.basename(k[0])}:{k[1]}:{k[2]}", "own_share": round(v[2] / total, 3)} for k, v in top
+    ]
 
 
 def main() -> None:
@@ -124,7 +126,7 @@ def main() -> None:
             walls: dict[str, list[float]] = {k: [] for k in commands}
             names = list(commands)
             for r in range(args.repeat):
-                for k in names[r % len(names):] + names[: r % len(names)]:  # rotate the order each round
+                for k in names[r % len(names) :] + names[: r % len(names)]:  # rotate the order each round
                     cmd, cwd = commands[k]
                     wall, cpu = _time(cmd, cwd)
                     walls[k].append(wall)
@@ -148,21 +150,26 @@ def main() -> None:
             "wall_ratio_to_floor": round(min(walls[k]) / min(walls["floor"]), 2),
         }
 
-    print(json.dumps({
-        "benchmark": "replay",
-        "input": args.input or f"benchmarks.trace, {args.events} events",
-        "events": events,
-        "input_bytes": size,
-        "rounds": args.repeat,
-        "floor": row("floor"),
-        "baseline": {"rev": rev, **row("baseline")},
-        "current": row("current"),
-        "goal_ratio_to_floor": GOAL_RATIO,
-        "current_over_baseline_speed": round(min(times["baseline"]) / min(times["current"]), 2),
-        "identical_output": identical,
-        "output_sha256": current_sha,
-        "profile_top": profile,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "benchmark": "replay",
+                "input": args.input or f"benchmarks.trace, {args.events} events",
+                "events": events,
+                "input_bytes": size,
+                "rounds": args.repeat,
+                "floor": row("floor"),
+                "baseline": {"rev": rev, **row("baseline")},
+                "current": row("current"),
+                "goal_ratio_to_floor": GOAL_RATIO,
+                "current_over_baseline_speed": round(min(times["baseline"]) / min(times["current"]), 2),
+                "identical_output": identical,
+                "output_sha256": current_sha,
+                "profile_top": profile,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

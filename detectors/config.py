@@ -117,13 +117,19 @@ def _idle_timeout(doc: dict[str, Any], warnings: list[str]) -> int:
     if val is None:
         warnings.append(
             f"loopwarden.runIdleTimeoutMs: {raw!r} is not a positive integer; "
-            f"using the default {DEFAULT_IDLE_TIMEOUT_MS}")
+            f"using the default {DEFAULT_IDLE_TIMEOUT_MS}"
+        )
         return DEFAULT_IDLE_TIMEOUT_MS
     return val
 
 
-def resolve(merged: dict[str, Any], where: str, warnings: list[str], own: set[str] | None = None,
-            idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS) -> AgentConfig:
+def resolve(
+    merged: dict[str, Any],
+    where: str,
+    warnings: list[str],
+    own: set[str] | None = None,
+    idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
+) -> AgentConfig:
     """Defaults, fallback and clamping over a merged loopDetection block.
 
     Warnings name only the fields in `own` (those the block at `where` set itself), so
@@ -180,7 +186,7 @@ def resolve(merged: dict[str, Any], where: str, warnings: list[str], own: set[st
         )
         window = DEFAULT_WINDOW
     for w in warnings:
-        field = w[len(p):].split(":", 1)[0]
+        field = w[len(p) :].split(":", 1)[0]
         if own is None or field in own:
             sink.append(w)
     shape = {
@@ -282,8 +288,10 @@ def load_config(text: str | bytes, source: str = "<config>") -> DetectionConfig:
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start} is 0x{text[exc.start]:02x}); "
-                              "save the config as UTF-8 JSON or JSON5") from None
+            raise ConfigError(
+                f"{source}: not UTF-8 text (byte {exc.start} is 0x{text[exc.start]:02x}); "
+                "save the config as UTF-8 JSON or JSON5"
+            ) from None
     try:
         doc = json5.loads(text)
     except (ValueError, RecursionError) as exc:

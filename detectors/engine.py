@@ -38,9 +38,25 @@ def _decision(
     # By position, in the wire order: run_id, seq, gateway_id, agent_id, tool_call_id,
     # tool_name, ts, event_id, action, level, detector, count, message, warning_key,
     # paired_tool_name, args_hash, config_hash.
-    return Decision(ev.run_id, ev.seq, ev.gateway_id, ev.agent_id, ev.tool_call_id, tool, ev.ts,
-                    f"{ev.run_id}:{ev.seq}", action, level, detector, count, message, warning_key, paired, sig,
-                    cfg.config_hash)
+    return Decision(
+        ev.run_id,
+        ev.seq,
+        ev.gateway_id,
+        ev.agent_id,
+        ev.tool_call_id,
+        tool,
+        ev.ts,
+        f"{ev.run_id}:{ev.seq}",
+        action,
+        level,
+        detector,
+        count,
+        message,
+        warning_key,
+        paired,
+        sig,
+        cfg.config_hash,
+    )
 
 
 def _remember(answers: tuple[Answer, ...], a: Answer) -> tuple[Answer, ...]:
@@ -52,14 +68,24 @@ def _remember(answers: tuple[Answer, ...], a: Answer) -> tuple[Answer, ...]:
 
 def _append(history: tuple[HistoryEntry, ...], entry: HistoryEntry, size: int) -> tuple[HistoryEntry, ...]:
     if len(history) >= size:
-        return history[len(history) - size + 1:] + (entry,)
+        return history[len(history) - size + 1 :] + (entry,)
     return history + (entry,)
 
 
 def _answer_again(ev: ToolCall, a: Answer, config: DetectionConfig) -> Decision:
     tool, sig = call_key(ev)
-    return _decision(ev, tool, sig, config.for_agent(ev.agent_id), a.action, a.level, a.detector, a.count,
-                     a.warning_key, a.paired_tool_name)
+    return _decision(
+        ev,
+        tool,
+        sig,
+        config.for_agent(ev.agent_id),
+        a.action,
+        a.level,
+        a.detector,
+        a.count,
+        a.warning_key,
+        a.paired_tool_name,
+    )
 
 
 def _warn(warned: dict[str, int], v: Verdict) -> tuple[str, dict[str, int]]:
@@ -98,11 +124,28 @@ def _on_call(state: RunState, ev: ToolCall, cfg: AgentConfig, ts: int | None) ->
         seq = ev.seq
         run = ev.run_id
         call_id = ev.tool_call_id
-        d = Decision(run, seq, ev.gateway_id, ev.agent_id, call_id, tool, ev.ts, f"{run}:{seq}", "allow", "none",
-                     None, None, None, None, None, sig, cfg.config_hash)
+        d = Decision(
+            run,
+            seq,
+            ev.gateway_id,
+            ev.agent_id,
+            call_id,
+            tool,
+            ev.ts,
+            f"{run}:{seq}",
+            "allow",
+            "none",
+            None,
+            None,
+            None,
+            None,
+            None,
+            sig,
+            cfg.config_hash,
+        )
         entry = HistoryEntry(tool, sig, call_id)
         size = cfg.history_size
-        history = history[len(history) - size + 1:] + (entry,) if len(history) >= size else history + (entry,)
+        history = history[len(history) - size + 1 :] + (entry,) if len(history) >= size else history + (entry,)
         answers = state.answers
         a = Answer(seq, "allow", "none")
         answers = answers[-_KEEP_ANSWERS:] + (a,) if len(answers) >= REMEMBERED_DECISIONS else answers + (a,)
@@ -117,12 +160,14 @@ def _on_call(state: RunState, ev: ToolCall, cfg: AgentConfig, ts: int | None) ->
         history = _append(history, HistoryEntry(tool, sig, ev.tool_call_id), cfg.history_size)
     d = _decision(ev, tool, sig, cfg, action, level, name, v.count, v.warning_key, v.paired_tool_name)
     a = Answer(ev.seq, action, level, name, v.count, v.warning_key, v.paired_tool_name)
-    return replace(state, last_seq=ev.seq, last_ts=ts, history=history, warned=warned,
-                   answers=_remember(state.answers, a)), (d,)
+    return replace(
+        state, last_seq=ev.seq, last_ts=ts, history=history, warned=warned, answers=_remember(state.answers, a)
+    ), (d,)
 
 
-def _on_result(state: RunState, ev: ToolResult, cfg: AgentConfig, ts: int | None
-               ) -> tuple[RunState, tuple[Decision, ...]]:
+def _on_result(
+    state: RunState, ev: ToolResult, cfg: AgentConfig, ts: int | None
+) -> tuple[RunState, tuple[Decision, ...]]:
     if state.aborted:
         return replace(state, last_seq=ev.seq, last_ts=ts), _NO_DECISIONS
     tool, sig = call_key(ev)
@@ -135,13 +180,17 @@ def _on_result(state: RunState, ev: ToolResult, cfg: AgentConfig, ts: int | None
     last = len(history) - 1
     for i in range(last, -1, -1):
         r = history[i]
-        if (r.result_hash is None and r.args_hash == sig and r.tool_name == tool
-                and (want_id is None or r.tool_call_id == want_id)):
+        if (
+            r.result_hash is None
+            and r.args_hash == sig
+            and r.tool_name == tool
+            and (want_id is None or r.tool_call_id == want_id)
+        ):
             filled = HistoryEntry(tool, sig, r.tool_call_id, rh, unknown)
             if i == last:  # the usual case: the result of the newest call
                 history = history[:i] + (filled,)
             else:
-                history = history[:i] + (filled,) + history[i + 1:]
+                history = history[:i] + (filled,) + history[i + 1 :]
             break
     else:
         history = _append(history, HistoryEntry(tool, sig, want_id, rh, unknown), cfg.history_size)
@@ -155,11 +204,13 @@ def _on_result(state: RunState, ev: ToolResult, cfg: AgentConfig, ts: int | None
         v = detector.evaluate(scan, cfg)
         if v is not None:
             d = _decision(ev, tool, sig, cfg, "abort", "critical", v.detector.name, v.count)
-            return replace(state, last_seq=ev.seq, last_ts=ts, history=history, guard_left=0, guard_window=(),
-                           aborted=True), (d,)
+            return replace(
+                state, last_seq=ev.seq, last_ts=ts, history=history, guard_left=0, guard_window=(), aborted=True
+            ), (d,)
     left -= 1
-    return replace(state, last_seq=ev.seq, last_ts=ts, history=history, guard_left=left,
-                   guard_window=window if left else ()), _NO_DECISIONS
+    return replace(
+        state, last_seq=ev.seq, last_ts=ts, history=history, guard_left=left, guard_window=window if left else ()
+    ), _NO_DECISIONS
 
 
 def apply(state: RunState | None, ev: Event, config: DetectionConfig) -> tuple[RunState | None, tuple[Decision, ...]]:
@@ -181,7 +232,8 @@ def apply(state: RunState | None, ev: Event, config: DetectionConfig) -> tuple[R
                 if a.seq == ev.seq:
                     return state, (_answer_again(ev, a, config),)
             raise StaleSeqError(
-                f"stale tool_call: seq {ev.seq} <= last applied seq {state.last_seq} of run {ev.run_id!r}")
+                f"stale tool_call: seq {ev.seq} <= last applied seq {state.last_seq} of run {ev.run_id!r}"
+            )
         return state, _NO_DECISIONS
     if isinstance(ev, ToolCall):
         return _on_call(state, ev, config.for_agent(ev.agent_id), ts)

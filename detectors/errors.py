@@ -1,12 +1,12 @@
 """The error tree of loopwarden. Every error it raises on purpose is one of these.
 
-    LoopwardenError
-    ├── ConfigError          a detection config file that cannot be used at all
-    ├── EventError           one event that cannot be applied (routed to the dead-letter topic)
-    │   ├── DecodeError      not JSON, not an object, a missing field or a wrong type
-    │   ├── OversizeError    larger than the configured size limit
-    │   └── StaleSeqError    a stale tool_call whose decision is not remembered
-    └── (streams/) SettingsError, BrokerError: the shell's own, see streams/errors.py
+LoopwardenError
+├── ConfigError          a detection config file that cannot be used at all
+├── EventError           one event that cannot be applied (routed to the dead-letter topic)
+│   ├── DecodeError      not JSON, not an object, a missing field or a wrong type
+│   ├── OversizeError    larger than the configured size limit
+│   └── StaleSeqError    a stale tool_call whose decision is not remembered
+└── (streams/) SettingsError, BrokerError: the shell's own, see streams/errors.py
 """
 
 from __future__ import annotations

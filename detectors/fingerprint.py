@@ -27,9 +27,24 @@ _SEND_ACTIONS = frozenset(
 )
 _VOLATILE_KEYS = frozenset(
     {
-        "messageId", "message_id", "messageIds", "platformMessageId", "platformMessageIds", "fileId",
-        "file_id", "fileKey", "pollId", "poll_id", "receipt", "runId", "idempotencyKey", "ts",
-        "timestamp", "sentAt", "deliveredAt", "createdAt",
+        "messageId",
+        "message_id",
+        "messageIds",
+        "platformMessageId",
+        "platformMessageIds",
+        "fileId",
+        "file_id",
+        "fileKey",
+        "pollId",
+        "poll_id",
+        "receipt",
+        "runId",
+        "idempotencyKey",
+        "ts",
+        "timestamp",
+        "sentAt",
+        "deliveredAt",
+        "createdAt",
     }
 )
 
@@ -191,11 +206,7 @@ def _strip_volatile(v: Any) -> Any:
             or isinstance(v.get("conversation"), dict)
         )
     )
-    return {
-        k: _strip_volatile(x)
-        for k, x in v.items()
-        if k not in _VOLATILE_KEYS and not (drop_id and k == "id")
-    }
+    return {k: _strip_volatile(x) for k, x in v.items() if k not in _VOLATILE_KEYS and not (drop_id and k == "id")}
 
 
 def _is_send_like(tool_name: str, params: Any) -> bool:

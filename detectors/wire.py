@@ -110,8 +110,16 @@ def _reject_constant(name: str) -> Any:
 
 _OPENERS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 # Strings that are stored in a run's state or published again in a decision.
-_ID_FIELDS = ("run_id", "gateway_id", "agent_id", "tool_call_id", "tool_name", "args_hash", "result_hash",
-              "unknown_tool_name")
+_ID_FIELDS = (
+    "run_id",
+    "gateway_id",
+    "agent_id",
+    "tool_call_id",
+    "tool_name",
+    "args_hash",
+    "result_hash",
+    "unknown_tool_name",
+)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 

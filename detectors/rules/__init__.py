@@ -41,5 +41,16 @@ RESULT_DETECTORS: tuple[Detector[GuardScan], ...] = tuple(d for d in REGISTRY if
 assert len(BY_NAME) == len(REGISTRY), "two detectors share a name"
 assert len(set(SWITCHES)) == len(SWITCHES), "two detectors share a switch"
 
-__all__ = ["BY_NAME", "CALL_DETECTORS", "COMPACTION_GUARD", "NAMES", "REGISTRY", "RESULT_DETECTORS", "SWITCHES",
-           "CallScan", "Detector", "GuardScan", "Verdict"]
+__all__ = [
+    "BY_NAME",
+    "CALL_DETECTORS",
+    "COMPACTION_GUARD",
+    "NAMES",
+    "REGISTRY",
+    "RESULT_DETECTORS",
+    "SWITCHES",
+    "CallScan",
+    "Detector",
+    "GuardScan",
+    "Verdict",
+]

@@ -24,8 +24,18 @@ class CallScan:
     the no-progress streak of this exact call, and whether its signature is in the
     history at all (`seen`)."""
 
-    __slots__ = ("history", "tool", "sig", "known_poll", "seen", "unknown_streak", "missing", "repeats",
-                 "no_progress", "latest")
+    __slots__ = (
+        "history",
+        "tool",
+        "sig",
+        "known_poll",
+        "seen",
+        "unknown_streak",
+        "missing",
+        "repeats",
+        "no_progress",
+        "latest",
+    )
 
     def __init__(self, history: tuple[HistoryEntry, ...], tool: str, sig: str, known_poll: bool) -> None:
         self.history = history
@@ -88,8 +98,14 @@ class Verdict:
 
     __slots__ = ("level", "detector", "count", "warning_key", "paired_tool_name")
 
-    def __init__(self, level: Literal["warning", "critical"], detector: Detector[CallScan] | Detector[GuardScan],
-                 count: int, warning_key: str | None, paired_tool_name: str | None = None) -> None:
+    def __init__(
+        self,
+        level: Literal["warning", "critical"],
+        detector: Detector[CallScan] | Detector[GuardScan],
+        count: int,
+        warning_key: str | None,
+        paired_tool_name: str | None = None,
+    ) -> None:
         self.level = level
         self.detector = detector
         self.count = count
@@ -97,8 +113,10 @@ class Verdict:
         self.paired_tool_name = paired_tool_name
 
     def __repr__(self) -> str:
-        return (f"Verdict({self.level!r}, {self.detector.name!r}, {self.count}, {self.warning_key!r}, "
-                f"{self.paired_tool_name!r})")
+        return (
+            f"Verdict({self.level!r}, {self.detector.name!r}, {self.count}, {self.warning_key!r}, "
+            f"{self.paired_tool_name!r})"
+        )
 
 
 ScanT = TypeVar("ScanT", CallScan, GuardScan)

@@ -26,8 +26,10 @@ class CompactionLoopPersisted(Detector[GuardScan]):
 
     def message(self, action: str, tool: str, count: int | None, paired: str | None) -> str:
         if count is None:  # a call after the abort
-            return (f"Run aborted: {tool} was called after the run was stopped for repeating an identical loop "
-                    "through compaction.")
+            return (
+                f"Run aborted: {tool} was called after the run was stopped for repeating an identical loop "
+                "through compaction."
+            )
         return (
             f"Run aborted: {tool} returned the same result {count} times in a row right after a "
             "context compaction; the loop survived compaction."

@@ -6,11 +6,25 @@ from detectors import ConfigError, DetectionConfig, load_config
 
 
 def test_agent_inherits_what_it_does_not_set():
-    c = DetectionConfig({
-        "tools": {"loopDetection": {"enabled": True, "historySize": 40, "detectors": {"pingPong": True}}},
-        "agents": {"list": [{"id": "Safe", "tools": {"loopDetection": {"warningThreshold": 8, "criticalThreshold": 16,
-                                                                         "detectors": {"pingPong": False}}}}]},
-    })
+    c = DetectionConfig(
+        {
+            "tools": {"loopDetection": {"enabled": True, "historySize": 40, "detectors": {"pingPong": True}}},
+            "agents": {
+                "list": [
+                    {
+                        "id": "Safe",
+                        "tools": {
+                            "loopDetection": {
+                                "warningThreshold": 8,
+                                "criticalThreshold": 16,
+                                "detectors": {"pingPong": False},
+                            }
+                        },
+                    }
+                ]
+            },
+        }
+    )
     safe = c.for_agent("  sAFE ")
     assert (safe.enabled, safe.history_size, safe.warning, safe.critical) == (True, 40, 8, 16)
     assert (safe.switched_on("pingPong"), safe.switched_on("genericRepeat")) == (False, True)
@@ -20,21 +34,30 @@ def test_agent_inherits_what_it_does_not_set():
 
 @pytest.mark.parametrize(
     "entries, expected",
-    [([{"id": "a"}, {"id": "main", "tools": {"loopDetection": {"historySize": 7}}}], 7),
-     ([{"id": "a", "tools": {"loopDetection": {"historySize": 5}}}, {"id": "b", "default": True,
-       "tools": {"loopDetection": {"historySize": 6}}}], 6),
-     ([{"id": "x", "tools": {"loopDetection": {"historySize": 4}}}, {"id": "y"}], 4),
-     ([], 30)],
+    [
+        ([{"id": "a"}, {"id": "main", "tools": {"loopDetection": {"historySize": 7}}}], 7),
+        (
+            [
+                {"id": "a", "tools": {"loopDetection": {"historySize": 5}}},
+                {"id": "b", "default": True, "tools": {"loopDetection": {"historySize": 6}}},
+            ],
+            6,
+        ),
+        ([{"id": "x", "tools": {"loopDetection": {"historySize": 4}}}, {"id": "y"}], 4),
+        ([], 30),
+    ],
 )
 def test_event_without_agent_takes_the_default_agent(entries, expected):
     assert DetectionConfig({"agents": {"list": entries}}).for_agent(None).history_size == expected
 
 
 def test_bad_numbers_fall_back_to_builtin_defaults_not_to_the_global_value():
-    c = DetectionConfig({
-        "tools": {"loopDetection": {"warningThreshold": 5, "historySize": 0}},
-        "agents": {"list": [{"id": "a", "tools": {"loopDetection": {"warningThreshold": -3}}}]},
-    })
+    c = DetectionConfig(
+        {
+            "tools": {"loopDetection": {"warningThreshold": 5, "historySize": 0}},
+            "agents": {"list": [{"id": "a", "tools": {"loopDetection": {"warningThreshold": -3}}}]},
+        }
+    )
     assert c.global_config.warning == 5 and c.global_config.history_size == 30
     assert c.for_agent("a").warning == 10
     assert any("historySize" in w and w.startswith("tools.") for w in c.warnings)

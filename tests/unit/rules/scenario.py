@@ -37,7 +37,7 @@ def loop(tool: str, params: Any, outcome: Any, n: int, *, agent: str | None = No
     for _ in range(n):
         out.append(call(tool, params, agent=agent))
         if isinstance(outcome, str) and outcome.startswith("error:"):
-            out.append(result(tool, params, agent=agent, error=outcome[len("error:"):]))
+            out.append(result(tool, params, agent=agent, error=outcome[len("error:") :]))
         else:
             out.append(result(tool, params, agent=agent, result=outcome))
     return out

@@ -8,8 +8,14 @@ from __future__ import annotations
 from detectors import DetectionConfig
 from detectors.rules import NAMES, REGISTRY, SWITCHES
 
-TODAY = ("unknown_tool_repeat", "global_circuit_breaker", "known_poll_no_progress", "ping_pong", "generic_repeat",
-         "compaction_loop_persisted")
+TODAY = (
+    "unknown_tool_repeat",
+    "global_circuit_breaker",
+    "known_poll_no_progress",
+    "ping_pong",
+    "generic_repeat",
+    "compaction_loop_persisted",
+)
 
 
 def test_first_match_order_of_todays_detectors():
@@ -22,20 +28,27 @@ def test_config_switches_derive_from_the_registry():
     assert {"genericRepeat", "knownPollNoProgress", "pingPong"} <= set(SWITCHES)
     switches = {d.name: d.switch for d in REGISTRY}
     assert (switches["known_poll_no_progress"], switches["ping_pong"], switches["generic_repeat"]) == (
-        "knownPollNoProgress", "pingPong", "genericRepeat")
+        "knownPollNoProgress",
+        "pingPong",
+        "genericRepeat",
+    )
     assert switches["unknown_tool_repeat"] is switches["global_circuit_breaker"] is None
     assert switches["compaction_loop_persisted"] is None
 
 
 def test_each_agent_holds_the_detectors_switched_on_for_it_in_order():
-    c = DetectionConfig({
-        "tools": {"loopDetection": {"enabled": True}},
-        "agents": {"list": [
-            {"id": "a", "tools": {"loopDetection": {"detectors": {"pingPong": False, "genericRepeat": False}}}},
-            {"id": "unset", "tools": {"loopDetection": {"enabled": None}}},
-            {"id": "off", "tools": {"loopDetection": {"enabled": False}}},
-        ]},
-    })
+    c = DetectionConfig(
+        {
+            "tools": {"loopDetection": {"enabled": True}},
+            "agents": {
+                "list": [
+                    {"id": "a", "tools": {"loopDetection": {"detectors": {"pingPong": False, "genericRepeat": False}}}},
+                    {"id": "unset", "tools": {"loopDetection": {"enabled": None}}},
+                    {"id": "off", "tools": {"loopDetection": {"enabled": False}}},
+                ]
+            },
+        }
+    )
 
     def names(agent_id: str | None) -> list[str]:
         cfg = c.for_agent(agent_id) if agent_id else c.global_config

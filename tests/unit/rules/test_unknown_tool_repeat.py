@@ -9,8 +9,9 @@ from .scenario import ON, SAME, agent, call, config, decide, last, loop, result,
 ALL_OFF = {"genericRepeat": False, "knownPollNoProgress": False, "pingPong": False}
 
 
-def failing(n: int, message: str = "Unknown tool: browser", tool: str = "browser", start: int = 0,
-            agent: str | None = None) -> list[dict]:
+def failing(
+    n: int, message: str = "Unknown tool: browser", tool: str = "browser", start: int = 0, agent: str | None = None
+) -> list[dict]:
     """n calls of a missing tool, each with other arguments (so no other detector counts them)."""
     out: list[dict] = []
     for i in range(start, start + n):
@@ -21,8 +22,10 @@ def failing(n: int, message: str = "Unknown tool: browser", tool: str = "browser
 def private_failing(n: int) -> list[dict]:
     out: list[dict] = []
     for i in range(n):
-        out += [call("browser", args_hash=f"browser:{i}"),
-                result("browser", args_hash=f"browser:{i}", result_hash="error:x", unknown_tool_name="Browser")]
+        out += [
+            call("browser", args_hash=f"browser:{i}"),
+            result("browser", args_hash=f"browser:{i}", result_hash="error:x", unknown_tool_name="Browser"),
+        ]
     return out
 
 
@@ -31,32 +34,75 @@ NEXT = call("browser", {"n": 99})
 CASES = [
     ("one below the threshold", failing(9) + [NEXT], ON, ("allow", "none", None, None)),
     ("at the threshold", failing(10) + [NEXT], ON, ("block", "critical", "unknown_tool_repeat", 10)),
-    ("results of blocked calls are still recorded", failing(12) + [NEXT], ON,
-     ("block", "critical", "unknown_tool_repeat", 12)),
+    (
+        "results of blocked calls are still recorded",
+        failing(12) + [NEXT],
+        ON,
+        ("block", "critical", "unknown_tool_repeat", 12),
+    ),
     ("a block stays", failing(10) + [NEXT, NEXT], ON, ("block", "critical", "unknown_tool_repeat", 10)),
-    ("the threshold from the config", failing(3) + [NEXT], config(enabled=True, unknownToolThreshold=3),
-     ("block", "critical", "unknown_tool_repeat", 3)),
-    ("the other wording", failing(10, "Error: tool 'browser' is not available") + [NEXT], ON,
-     ("block", "critical", "unknown_tool_repeat", 10)),
-    ("another tool breaks the streak", failing(9) + loop("read", {"path": "/a"}, SAME, 1) + failing(1, start=9)
-     + [NEXT], ON, ("allow", "none", None, None)),
-    ("a success of the same tool breaks the streak", failing(9) + [call("browser", {"n": 9}),
-                                                                   result("browser", {"n": 9}, result=SAME), NEXT],
-     ON, ("allow", "none", None, None)),
-    ("a call still waiting breaks the streak", failing(9) + [call("browser", {"n": 9}), NEXT], ON,
-     ("allow", "none", None, None)),
-    ("another missing name breaks the streak", failing(5, "Unknown tool: browsr") + failing(5, start=5) + [NEXT], ON,
-     ("allow", "none", None, None)),
+    (
+        "the threshold from the config",
+        failing(3) + [NEXT],
+        config(enabled=True, unknownToolThreshold=3),
+        ("block", "critical", "unknown_tool_repeat", 3),
+    ),
+    (
+        "the other wording",
+        failing(10, "Error: tool 'browser' is not available") + [NEXT],
+        ON,
+        ("block", "critical", "unknown_tool_repeat", 10),
+    ),
+    (
+        "another tool breaks the streak",
+        failing(9) + loop("read", {"path": "/a"}, SAME, 1) + failing(1, start=9) + [NEXT],
+        ON,
+        ("allow", "none", None, None),
+    ),
+    (
+        "a success of the same tool breaks the streak",
+        failing(9) + [call("browser", {"n": 9}), result("browser", {"n": 9}, result=SAME), NEXT],
+        ON,
+        ("allow", "none", None, None),
+    ),
+    (
+        "a call still waiting breaks the streak",
+        failing(9) + [call("browser", {"n": 9}), NEXT],
+        ON,
+        ("allow", "none", None, None),
+    ),
+    (
+        "another missing name breaks the streak",
+        failing(5, "Unknown tool: browsr") + failing(5, start=5) + [NEXT],
+        ON,
+        ("allow", "none", None, None),
+    ),
     ("an error that names no missing tool", failing(10, "disk full") + [NEXT], ON, ("allow", "none", None, None)),
-    ("on even with every detector switched off", failing(10, agent="a") + [call("browser", {"n": 99}, agent="a")],
-     config([agent("a", detectors=ALL_OFF)], enabled=True), ("block", "critical", "unknown_tool_repeat", 10)),
-    ("per agent threshold", failing(4, agent="a") + [call("browser", {"n": 99}, agent="a")],
-     config([agent("a", unknownToolThreshold=4)], enabled=True), ("block", "critical", "unknown_tool_repeat", 4)),
+    (
+        "on even with every detector switched off",
+        failing(10, agent="a") + [call("browser", {"n": 99}, agent="a")],
+        config([agent("a", detectors=ALL_OFF)], enabled=True),
+        ("block", "critical", "unknown_tool_repeat", 10),
+    ),
+    (
+        "per agent threshold",
+        failing(4, agent="a") + [call("browser", {"n": 99}, agent="a")],
+        config([agent("a", unknownToolThreshold=4)], enabled=True),
+        ("block", "critical", "unknown_tool_repeat", 4),
+    ),
     ("off while enabled is unset", failing(10) + [NEXT], config(), ("allow", "none", None, None)),
-    ("off for an agent with enabled false", failing(10, agent="a") + [call("browser", {"n": 99}, agent="a")],
-     config([agent("a", enabled=False)], enabled=True), ("allow", "none", None, None)),
-    ("privacy mode: the given name, lower-cased", private_failing(10) + [call("browser", args_hash="browser:x")], ON,
-     ("block", "critical", "unknown_tool_repeat", 10)),
+    (
+        "off for an agent with enabled false",
+        failing(10, agent="a") + [call("browser", {"n": 99}, agent="a")],
+        config([agent("a", enabled=False)], enabled=True),
+        ("allow", "none", None, None),
+    ),
+    (
+        "privacy mode: the given name, lower-cased",
+        private_failing(10) + [call("browser", args_hash="browser:x")],
+        ON,
+        ("block", "critical", "unknown_tool_repeat", 10),
+    ),
 ]
 
 
