@@ -38,17 +38,36 @@ ROOT = Path(__file__).resolve().parents[1]
 CHUNK = 20_000
 
 
+def _hwm_mib(pid: int) -> float | None:
+    """The process's peak resident set so far (VmHWM), in MiB."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
 def timed(cmd: list[str], stdout) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS in MiB, exit code) of a child process."""
+    """(wall seconds, peak RSS in MiB, exit code) of a child process. The peak is read
+    from /proc while it runs (a fork's rusage would count the parent's pages)."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    p.returncode = os.waitstatus_to_exitcode(status)
-    err = p.stderr.read().decode() if p.stderr else ""
+    with tempfile.TemporaryFile() as errors:  # a pipe nobody reads could fill up
+        p = subprocess.Popen(cmd, cwd=ROOT, stdout=stdout, stderr=errors)
+        peak = 0.0
+        while p.poll() is None:
+            hwm = _hwm_mib(p.pid)
+            if hwm is not None:
+                peak = max(peak, hwm)
+            time.sleep(0.05)
+        wall = time.perf_counter() - t0
+        errors.seek(0)
+        err = errors.read().decode(errors="replace")
     if p.returncode not in (0, 2):
         raise SystemExit(f"{cmd[3]} failed ({p.returncode}): {err[-2000:]}")
-    return wall, usage.ru_maxrss / 1024, p.returncode
+    return wall, peak, p.returncode
 
 
 class _Ids(msgspec.Struct):

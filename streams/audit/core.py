@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+import msgspec
+
 from detectors import DetectionConfig, Folded, RunState, SetAside, fold
 from detectors.wire import CompactionRetry, Decision, Event, RunEnd, ToolCall, ToolResult, decode_decision
 
@@ -81,17 +83,15 @@ def _verdict(d: Decision | None) -> dict[str, Any] | None:
     }
 
 
-class _Recorded:
-    """A decision read from the decisions topic, waiting for its event."""
+class _Recorded(msgspec.Struct, gc=False):
+    """A decision read from the decisions topic, waiting for its event (not tracked by
+    the cycle collector: an audit holds a grace period's worth of them)."""
 
-    __slots__ = ("raw", "decision", "time", "conflict", "status")
-
-    def __init__(self, raw: bytes, decision: Decision, time: int) -> None:
-        self.raw = raw
-        self.decision = decision
-        self.time = time
-        self.conflict = False
-        self.status: str | None = None  # what it was counted as, once its event was folded
+    raw: bytes
+    decision: Decision
+    time: int
+    conflict: bool = False
+    status: str | None = None  # what it was counted as, once its event was folded
 
 
 def _same_verdict(a: Decision, b: Decision) -> bool:
@@ -164,6 +164,10 @@ class Audit:
         self.open: dict[str, _Run] = {}
         self.pending: dict[str, _Recorded] = {}
         self.done: dict[str, tuple[_Recorded | None, int]] = {}  # folded event ids, for a late second record
+        # Both in the order they came, for expiry (a dict's oldest entry is slow to find
+        # once many before it were deleted).
+        self.pending_order: deque[tuple[int, str]] = deque()
+        self.done_order: deque[tuple[int, str]] = deque()
         # Counts.
         self.c: Counter[str] = Counter()
         self.by_action: Counter[str] = Counter()
@@ -203,6 +207,7 @@ class Audit:
             seen = self.done.get(eid)
             if seen is None:
                 self.pending[eid] = _Recorded(m.value, d, m.timestamp)
+                self.pending_order.append((m.timestamp, eid))
                 return
             rec = seen[0]
             if rec is None:  # its event was folded, and nothing was recorded then: recorded late
@@ -228,17 +233,20 @@ class Audit:
         """Events are folded up to `horizon_ms` of message time in every partition: a
         decision recorded more than the grace period before that has no event coming."""
         cutoff = horizon_ms - self.grace_ms
-        while self.pending:
-            eid, rec = next(iter(self.pending.items()))
-            if rec.time >= cutoff:
-                break
-            del self.pending[eid]
-            self._unexpected(rec)
-        while self.done:
-            eid, (_, t) = next(iter(self.done.items()))
-            if t >= cutoff - self.grace_ms:
-                break
-            del self.done[eid]
+        order, pending = self.pending_order, self.pending
+        while order and order[0][0] < cutoff:
+            t, eid = order.popleft()
+            rec = pending.get(eid)
+            if rec is not None and rec.time == t:  # still waiting (not matched since)
+                del pending[eid]
+                self._unexpected(rec)
+        order, done = self.done_order, self.done
+        cutoff -= self.grace_ms
+        while order and order[0][0] < cutoff:
+            t, eid = order.popleft()
+            seen = done.get(eid)
+            if seen is not None and seen[1] == t:
+                del done[eid]
 
     def _unexpected(self, rec: _Recorded) -> None:
         if not self.in_range(rec.time):
@@ -347,6 +355,7 @@ class Audit:
             status = self._compare(eid, run_id, rec, replayed, f.encoded[0] if f.encoded else None, what_if, run, ts)
         if replayed is not None or rec is not None:
             self.done[eid] = (rec, m.timestamp)
+            self.done_order.append((m.timestamp, eid))
         if run.timeline is not None and inside:
             if len(run.timeline) == run.timeline.maxlen:
                 run.truncated += 1
