@@ -170,10 +170,9 @@ class Audit:
         self.done_order: deque[tuple[int, str]] = deque()
         # Counts.
         self.c: Counter[str] = Counter()
-        self.by_action: Counter[str] = Counter()
+        self.combos: dict[tuple[str | None, str, str], int] = {}  # (agent, tool, action) -> replayed decisions
+        self._cur: tuple[Event, str] | None = None
         self.by_detector: Counter[str] = Counter()
-        self.by_agent: dict[str, Counter[str]] = {}
-        self.by_tool: dict[str, Counter[str]] = {}
         self.per_minute: dict[str, Counter[str]] = {}
         self.what_if_counts: Counter[str] = Counter()
         self.what_if_by_detector: Counter[str] = Counter()
@@ -258,7 +257,9 @@ class Audit:
     # -- events -------------------------------------------------------------------------
 
     def _config_for(self, ev: Event) -> DetectionConfig:
-        rec = self.pending.get(f"{ev.run_id}:{ev.seq}")
+        eid = f"{ev.run_id}:{ev.seq}"
+        rec = self.pending.get(eid)
+        self._cur = (ev, eid)  # _settle, right after, needs the id again
         run = self.open.get(ev.run_id)
         if rec is not None:
             h = rec.decision.config_hash
@@ -338,7 +339,8 @@ class Audit:
             run = self.open[run_id] = _Run(ts, not started, ev.gateway_id, ev.agent_id)
             if self.timelines:
                 run.timeline = deque(maxlen=self.timeline_len)
-        inside = self.in_range(m.timestamp)
+        mt = m.timestamp
+        inside = (self.from_ms is None or mt >= self.from_ms) and (self.to_ms is None or mt <= self.to_ms)
         if inside:
             self.c["events"] += 1
             if not run.in_range:
@@ -346,7 +348,8 @@ class Audit:
                 self.run_ids.add(run_id)
                 if run.partial:
                     self.partial_ids.add(run_id)
-        eid = f"{run_id}:{ev.seq}"
+        cur = self._cur
+        eid = cur[1] if cur is not None and cur[0] is ev else f"{run_id}:{ev.seq}"
         rec = self.pending.pop(eid, None)
         replayed = f.decisions[0] if f.decisions else None
         what_if = g.decisions[0] if g is not None and type(g) is Folded and g.decisions else None
@@ -354,8 +357,8 @@ class Audit:
         if inside and not run.partial:
             status = self._compare(eid, run_id, rec, replayed, f.encoded[0] if f.encoded else None, what_if, run, ts)
         if replayed is not None or rec is not None:
-            self.done[eid] = (rec, m.timestamp)
-            self.done_order.append((m.timestamp, eid))
+            self.done[eid] = (rec, mt)
+            self.done_order.append((mt, eid))
         if run.timeline is not None and inside:
             if len(run.timeline) == run.timeline.maxlen:
                 run.truncated += 1
@@ -388,16 +391,16 @@ class Audit:
     ) -> str | None:
         c = self.c
         if replayed is not None:
-            c["decisions_replayed"] += 1
-            self.by_action[replayed.action] += 1
-            if replayed.detector and replayed.action != "allow":
-                self.by_detector[replayed.detector] += 1
-            self.by_agent.setdefault(replayed.agent_id or "(default)", Counter())[replayed.action] += 1
-            self.by_tool.setdefault(replayed.tool_name, Counter())[replayed.action] += 1
-            if replayed.action != "allow":
-                self.per_minute.setdefault(_minute(ts), Counter())[replayed.action] += 1
-                if replayed.action in ("block", "abort"):
-                    run.flags.add(replayed.action)
+            action = replayed.action
+            k = (replayed.agent_id, replayed.tool_name, action)  # by action, agent and tool at the end
+            combos = self.combos
+            combos[k] = combos.get(k, 0) + 1
+            if action != "allow":
+                if replayed.detector:
+                    self.by_detector[replayed.detector] += 1
+                self.per_minute.setdefault(_minute(ts), Counter())[action] += 1
+                if action in ("block", "abort"):
+                    run.flags.add(action)
         if rec is not None:
             c["decisions_recorded"] += 1
         if rec is None and replayed is None:
@@ -408,7 +411,7 @@ class Audit:
             status = "conflicting"
         elif replayed is None:
             status = "unexpected"
-        elif rec.raw == encoded or _equal(rec.decision, replayed):
+        elif rec.raw == encoded or rec.decision == replayed:
             status = "matched"
         else:
             status = "mismatched"
@@ -524,7 +527,7 @@ class Audit:
             "runs": len(self.run_ids),
             "partial_runs": len(self.partial_ids),
             "decisions_recorded": c["decisions_recorded"],
-            "decisions_replayed": c["decisions_replayed"],
+            "decisions_replayed": sum(self.combos.values()),
             "matched": c["matched"],
             "mismatched": c["mismatched"],
             "missing": c["missing"],
@@ -533,12 +536,25 @@ class Audit:
             "duplicates": c["duplicates"],
             "dead_letters": c["dead_letters"],
             "unknown_configs": dict(self.unknown_configs),
-            "by_action": {a: self.by_action[a] for a in ACTIONS},
+            "by_action": self._by(2),
             "by_detector": dict(sorted(self.by_detector.items())),
             "what_if": what_if,
             "seconds": round(seconds, 3),
             "events_per_s": round(c["events"] / seconds) if seconds > 0 else None,
         }
+
+    def _by(self, field: int) -> dict[str, Any]:
+        """Replayed decisions by action (field 2), or per agent (0) or tool (1) by action."""
+        if field == 2:
+            out = dict.fromkeys(ACTIONS, 0)
+            for (_, _, action), n in self.combos.items():
+                out[action] += n
+            return out
+        per: dict[str, dict[str, int]] = {}
+        for k, n in self.combos.items():
+            name = k[field] or "(default)"
+            per.setdefault(name, dict.fromkeys(ACTIONS, 0))[k[2]] += n
+        return dict(sorted(per.items()))
 
     def clean(self) -> bool:
         c = self.c
@@ -548,8 +564,8 @@ class Audit:
         return {
             "summary": self.summary(seconds),
             "range": range_,
-            "by_agent": {k: {a: v[a] for a in ACTIONS} for k, v in sorted(self.by_agent.items())},
-            "by_tool": {k: {a: v[a] for a in ACTIONS} for k, v in sorted(self.by_tool.items())},
+            "by_agent": self._by(0),
+            "by_tool": self._by(1),
             "per_minute": [
                 {"minute": k, "warn": v["warn"], "block": v["block"], "abort": v["abort"]}
                 for k, v in sorted(self.per_minute.items())
@@ -557,11 +573,6 @@ class Audit:
             "runs": self.report_runs,
             "configs": self.configs.listed,
         }
-
-
-def _equal(a: Decision, b: Decision) -> bool:
-    """Equal as decisions (the wire bytes can differ only in field spelling)."""
-    return a == b
 
 
 _TYPES = {ToolCall: "tool_call", ToolResult: "tool_result", CompactionRetry: "compaction_retry", RunEnd: "run_end"}
