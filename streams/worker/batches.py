@@ -115,7 +115,6 @@ class BatchLoop(Service):
         self.trace = tracer_from_env()  # per-batch timings (tracing.py), off by default
         self._arrivals: list[float] = []  # with a trace: when each waiting event was passed on
         self._arrived = asyncio.Event()
-        self._lag_seen, self._lag_due = 0, 0.0  # _behind's last lookup, and when it is due again
         self._full = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -209,7 +208,7 @@ class BatchLoop(Service):
         n = self.settings.batch_max
         while not self.should_stop:
             await self._arrived.wait()
-            if self.linger and len(self._waiting) < n and self._behind(n):
+            if self.linger and len(self._waiting) < n and self.lag() >= n:
                 # Behind: the events are already waiting in Kafka, so a fuller batch costs
                 # no latency, and it spreads the per-batch work (produce requests, futures)
                 # over more events. Caught up, a batch is folded at once.
@@ -229,17 +228,6 @@ class BatchLoop(Service):
             except Exception as exc:
                 self._fail(exc)
                 return
-
-    def _behind(self, n: int) -> bool:
-        """At least `n` events wait in Kafka. While caught up the lag is looked up again
-        only after 50 ms: at a few events per batch the lookup (the assignment and every
-        partition's highwater) cost about as much as the fold, and a burst is lingered for at
-        most that much later."""
-        now = time.monotonic()
-        if now >= self._lag_due:
-            self._lag_seen = self.lag()
-            self._lag_due = now if self._lag_seen >= n else now + 0.05
-        return self._lag_seen >= n
 
     @Service.timer(0.05)
     async def _flush_when_due(self) -> None:
