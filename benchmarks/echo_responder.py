@@ -23,8 +23,9 @@ PAD = b"x" * 420  # a decision is about 600 bytes
 async def main() -> None:
     bootstrap, src, dst, group = sys.argv[1:5]
     n = int(sys.argv[5]) if len(sys.argv) > 5 else None
-    c = AIOKafkaConsumer(src, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
-                         max_poll_records=500)
+    c = AIOKafkaConsumer(
+        src, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", max_poll_records=500
+    )
     p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
     await c.start()
     await p.start()

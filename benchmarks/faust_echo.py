@@ -22,8 +22,15 @@ from benchmarks.echo_responder import PAD
 
 def main() -> None:
     bootstrap, src, dst, app_id = sys.argv[1:5]
-    app = faust.App(app_id, broker=f"kafka://{bootstrap}", store="memory://", autodiscover=False, web_enabled=False,
-                    consumer_auto_offset_reset="earliest", datadir=f"/tmp/{app_id}")
+    app = faust.App(
+        app_id,
+        broker=f"kafka://{bootstrap}",
+        store="memory://",
+        autodiscover=False,
+        web_enabled=False,
+        consumer_auto_offset_reset="earliest",
+        datadir=f"/tmp/{app_id}",
+    )
     topic = app.topic(src, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
     state: dict = {}
 

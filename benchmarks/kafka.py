@@ -77,8 +77,11 @@ def end(proc: subprocess.Popen) -> None:
 
 
 def params_of(i: int) -> dict:
-    return {"path": f"/workspace/src/module_{i % 97}/file_{i}.py", "query": "def handler(request): " + "x" * 120,
-            "options": {"limit": i % 200, "recursive": True}}
+    return {
+        "path": f"/workspace/src/module_{i % 97}/file_{i}.py",
+        "query": "def handler(request): " + "x" * 120,
+        "options": {"limit": i % 200, "recursive": True},
+    }
 
 
 async def paced(rate: float, seconds: float, call, warmup: float = 3.0) -> list[float]:
@@ -137,8 +140,15 @@ async def wait_ready(proc: subprocess.Popen, what: str, log: Path) -> None:
         raise RuntimeError(f"{what} did not start; see {log}")
 
 
-async def echo_latency(bootstrap: str, rate: float, seconds: float, tmp: Path, responder: str = "bare",
-                       producers: int = GATEWAYS, stats: list | None = None) -> list[float]:
+async def echo_latency(
+    bootstrap: str,
+    rate: float,
+    seconds: float,
+    tmp: Path,
+    responder: str = "bare",
+    producers: int = GATEWAYS,
+    stats: list | None = None,
+) -> list[float]:
     """The request-reply floor: `producers` producers (one per gateway, as each GatewayClient
     has its own; 1 lets the gateways share one, which a fleet cannot), one consumer per
     gateway reading its decisions partition, and a responder that answers each request:
@@ -154,8 +164,9 @@ async def echo_latency(bootstrap: str, rate: float, seconds: float, tmp: Path, r
     try:
         await wait_ready(proc, f"the {responder} echo responder", log)
         waiting: dict[bytes, asyncio.Future] = {}
-        senders = [AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
-                   for _ in range(producers)]
+        senders = [
+            AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True) for _ in range(producers)
+        ]
         for p in senders:
             await p.start()
         consumers = []
@@ -179,17 +190,28 @@ async def echo_latency(bootstrap: str, rate: float, seconds: float, tmp: Path, r
 
         readers = [asyncio.create_task(read(c)) for c in consumers]
         # A request of the size a privacy-mode tool_call has on the wire.
-        body = json.dumps({"type": "tool_call", "run_id": "r" * 20, "seq": 0, "gateway_id": "sim-gw-00",
-                           "tool_name": "read", "tool_call_id": "c" * 24, "ts": 1, "args_hash": "read:" + "a" * 64,
-                           "known_poll": False}).encode()
+        body = json.dumps(
+            {
+                "type": "tool_call",
+                "run_id": "r" * 20,
+                "seq": 0,
+                "gateway_id": "sim-gw-00",
+                "tool_name": "read",
+                "tool_call_id": "c" * 24,
+                "ts": 1,
+                "args_hash": "read:" + "a" * 64,
+                "known_poll": False,
+            }
+        ).encode()
 
         async def call(i: int) -> None:
             g = i % GATEWAYS
             ident = f"r{i}:0".encode()
             fut = asyncio.get_running_loop().create_future()
             waiting[ident] = fut
-            await senders[g % producers].send(req, key=f"run-{i}".encode(), value=body,
-                                              headers=[("gw", f"sim-gw-{g:02d}".encode()), ("id", ident)])
+            await senders[g % producers].send(
+                req, key=f"run-{i}".encode(), value=body, headers=[("gw", f"sim-gw-{g:02d}".encode()), ("id", ident)]
+            )
             await asyncio.wait_for(fut, 10)
 
         cpu0 = cpu_seconds(proc.pid)
@@ -207,14 +229,20 @@ async def echo_latency(bootstrap: str, rate: float, seconds: float, tmp: Path, r
         end(proc)
 
 
-def start_worker(bootstrap: str, prefix: str, tmp: Path, name: str, extra=(), tree: Path | None = None,
-                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
+def start_worker(
+    bootstrap: str,
+    prefix: str,
+    tmp: Path,
+    name: str,
+    extra=(),
+    tree: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[subprocess.Popen, int]:
     """A healthy worker on the topics under `prefix` with CONFIG: (its process, its web port).
     `tree`: run it from that directory (its `streams` package); `env`: extra variables."""
     cfg = tmp / "config.json"
     cfg.write_text(json.dumps(CONFIG))
-    w = Worker(worker_flags(bootstrap, prefix, tmp, name, list(extra)), tmp / f"worker-{name}.log",
-               cwd=tree or ROOT)
+    w = Worker(worker_flags(bootstrap, prefix, tmp, name, list(extra)), tmp / f"worker-{name}.log", cwd=tree or ROOT)
     saved = {k: os.environ.get(k) for k in env or {}}
     os.environ.update(env or {})  # the child inherits them when it is spawned
     try:
@@ -242,12 +270,28 @@ def worker_metric(port: int, name: str) -> float:
 
 def worker_flags(bootstrap: str, prefix: str, tmp: Path, name: str, extra: list[str]) -> list[str]:
     """The worker's flags start_worker gives (its config file is tmp/config.json)."""
-    return ["--bootstrap", bootstrap, "--topic-prefix", prefix, "--config", str(tmp / "config.json"),
-            "--data-dir", str(tmp / f"data-{name}"), *extra]
+    return [
+        "--bootstrap",
+        bootstrap,
+        "--topic-prefix",
+        prefix,
+        "--config",
+        str(tmp / "config.json"),
+        "--data-dir",
+        str(tmp / f"data-{name}"),
+        *extra,
+    ]
 
 
-async def loopwarden_latency(bootstrap: str, rate: float, seconds: float, tmp: Path, stats: list | None = None,
-                             tree: Path | None = None, env: dict[str, str] | None = None) -> list[float]:
+async def loopwarden_latency(
+    bootstrap: str,
+    rate: float,
+    seconds: float,
+    tmp: Path,
+    stats: list | None = None,
+    tree: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> list[float]:
     """GatewayClient.check through a worker; appends to `stats` the CPU the worker used per
     event (µs, over the whole open loop, warm-up included) and its mean events per batch."""
     prefix = f"bench-lw-{uuid.uuid4().hex[:6]}."
@@ -269,8 +313,12 @@ async def loopwarden_latency(bootstrap: str, rate: float, seconds: float, tmp: P
         cpu1 = cpu_seconds(worker.pid)
         ev1, b1 = worker_metric(port, "loopwarden_events_total"), worker_metric(port, "loopwarden_batch_events_count")
         if stats is not None and ev1 > ev0:
-            stats.append({"cpu_us_per_event": round((cpu1 - cpu0) / (ev1 - ev0) * 1e6),
-                          "events_per_batch": round((ev1 - ev0) / max(1.0, b1 - b0), 2)})
+            stats.append(
+                {
+                    "cpu_us_per_event": round((cpu1 - cpu0) / (ev1 - ev0) * 1e6),
+                    "events_per_batch": round((ev1 - ev0) / max(1.0, b1 - b0), 2),
+                }
+            )
         for c in clients:
             await c.__aexit__(None, None, None)
         return lat
@@ -301,7 +349,7 @@ async def preload(bootstrap: str, topic: str, lines: list[bytes]) -> None:
     second, so the load generator hardly competes with what is measured for the cores."""
     records = []
     for ln in lines:
-        run = ln[ln.index(b'"run_id":"') + 10:]
+        run = ln[ln.index(b'"run_id":"') + 10 :]
         records.append(OutRecord(topic, run[: run.index(b'"')], ln))
     await publish(bootstrap, records)
 
@@ -372,8 +420,9 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
-async def worker_throughput(bootstrap: str, lines: list[bytes], calls: int, tmp: Path, n_workers: int,
-                            broker_pid: int | None) -> dict:
+async def worker_throughput(
+    bootstrap: str, lines: list[bytes], calls: int, tmp: Path, n_workers: int, broker_pid: int | None
+) -> dict:
     """Start the workers on empty topics, let the group settle, then publish the events
     at once and time the decisions; also the CPU each process used meanwhile."""
     prefix = f"bench-tp{n_workers}-{uuid.uuid4().hex[:6]}."
@@ -391,12 +440,15 @@ async def worker_throughput(bootstrap: str, lines: list[bytes], calls: int, tmp:
         wall = time.time() - t0
         cpu1 = [cpu_seconds(p.pid) for p in procs] + [cpu_seconds(broker_pid) if broker_pid else 0.0]
         span = await decision_span(bootstrap, s.decisions_topic, calls, 600)
-        used = [round((b - a) / wall, 2) for a, b in zip(cpu0, cpu1)]
+        used = [round((b - a) / wall, 2) for a, b in zip(cpu0, cpu1, strict=True)]
         eps = round(len(lines) / span)
-        return {"events_per_s": eps, "cores_used_by_workers": used[:-1],
-                "cores_used_by_broker": used[-1] if broker_pid else None,
-                # events per second per core the workers used, over the whole wall time
-                "events_per_worker_core": round(len(lines) / wall / max(0.01, sum(used[:-1])))}
+        return {
+            "events_per_s": eps,
+            "cores_used_by_workers": used[:-1],
+            "cores_used_by_broker": used[-1] if broker_pid else None,
+            # events per second per core the workers used, over the whole wall time
+            "events_per_worker_core": round(len(lines) / wall / max(0.01, sum(used[:-1]))),
+        }
     finally:
         for p in procs:
             end(p)
@@ -408,8 +460,10 @@ async def noop_throughput(bootstrap: str, lines: list[bytes], tmp: Path) -> floa
     prefix = f"bench-noop-{uuid.uuid4().hex[:6]}."
     s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
     await create_topics(s)
-    p = spawn([sys.executable, "-m", "benchmarks.noop_agent", bootstrap, s.events_topic, str(len(lines)),
-               prefix + "noop"], tmp / "noop.log")
+    p = spawn(
+        [sys.executable, "-m", "benchmarks.noop_agent", bootstrap, s.events_topic, str(len(lines)), prefix + "noop"],
+        tmp / "noop.log",
+    )
     try:
         loop = asyncio.get_running_loop()
         ready = await asyncio.wait_for(loop.run_in_executor(None, p.stdout.readline), 90)
@@ -441,8 +495,20 @@ async def throughput(bootstrap: str, n: int, rounds: int, tmp: Path, broker_pid:
                 s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
                 await create_topics(s)
                 await preload(bootstrap, s.events_topic, lines)
-                bare = run_json([sys.executable, "-m", "benchmarks.echo_responder", bootstrap, s.events_topic,
-                                 prefix + "bare-out", prefix + "bare", str(n)], tmp, "bare")
+                bare = run_json(
+                    [
+                        sys.executable,
+                        "-m",
+                        "benchmarks.echo_responder",
+                        bootstrap,
+                        s.events_topic,
+                        prefix + "bare-out",
+                        prefix + "bare",
+                        str(n),
+                    ],
+                    tmp,
+                    "bare",
+                )
                 bares.append(round(n / bare["seconds"]))
             row["bare_events_per_s"] = max(bares)
         noop, one, two, cpu1, cpu2 = [], [], [], [], []
@@ -457,12 +523,12 @@ async def throughput(bootstrap: str, n: int, rounds: int, tmp: Path, broker_pid:
                 cpu2.append(r2)
         row["noop_faust_events_per_s"] = round(median(noop))
         row["worker_events_per_s"] = round(median(one))
-        row["throughput_ratio"] = round(median([w / z for w, z in zip(one, noop)]), 2)
+        row["throughput_ratio"] = round(median([w / z for w, z in zip(one, noop, strict=True)]), 2)
         row["rounds"] = {"noop_faust": noop, "worker": one}
         if form == "privacy":
             row["two_workers_events_per_s"] = round(median(two))
             row["bare_ratio"] = round(row["worker_events_per_s"] / row["bare_events_per_s"], 2)
-            row["two_worker_scaling"] = round(median([b / a for a, b in zip(one, two)]), 2)
+            row["two_worker_scaling"] = round(median([b / a for a, b in zip(one, two, strict=True)]), 2)
             row["rounds"]["two_workers"] = two
             out.update(row)
             out["cpu"] = {"one_worker": cpu1, "two_workers": cpu2, "machine_cores": os.cpu_count()}
@@ -480,25 +546,37 @@ SERIES = {  # name -> what it is
 }
 
 
-def runners(bootstrap: str, rate: float, seconds: float, tmp: Path, stats: dict[str, list],
-            variants: dict[str, tuple[Path | None, dict[str, str]]]) -> dict:
+def runners(
+    bootstrap: str,
+    rate: float,
+    seconds: float,
+    tmp: Path,
+    stats: dict[str, list],
+    variants: dict[str, tuple[Path | None, dict[str, str]]],
+) -> dict:
     """Each series at one rate: name -> a coroutine function giving one round's latencies."""
     run = {
         "echo": lambda: echo_latency(bootstrap, rate, seconds, tmp),
         "echo_shared_producer": lambda: echo_latency(bootstrap, rate, seconds, tmp, producers=1),
-        "faust_echo": lambda: echo_latency(bootstrap, rate, seconds, tmp, responder="faust",
-                                           stats=stats["faust_echo"]),
+        "faust_echo": lambda: echo_latency(bootstrap, rate, seconds, tmp, responder="faust", stats=stats["faust_echo"]),
         "loopwarden": lambda: loopwarden_latency(bootstrap, rate, seconds, tmp, stats["loopwarden"]),
     }
     for name, (tree, env) in variants.items():
-        run[name] = (lambda name=name, tree=tree, env=env:
-                     loopwarden_latency(bootstrap, rate, seconds, tmp, stats[name], tree=tree, env=env))
+        run[name] = lambda name=name, tree=tree, env=env: loopwarden_latency(
+            bootstrap, rate, seconds, tmp, stats[name], tree=tree, env=env
+        )
     return run
 
 
-async def latency(bootstrap: str, rates: list[float], seconds: float, rounds: int, tmp: Path,
-                  names: list[str], variants: dict[str, tuple[Path | None, dict[str, str]]],
-                  ) -> dict[float, tuple[dict[str, list], dict[str, list]]]:
+async def latency(
+    bootstrap: str,
+    rates: list[float],
+    seconds: float,
+    rounds: int,
+    tmp: Path,
+    names: list[str],
+    variants: dict[str, tuple[Path | None, dict[str, str]]],
+) -> dict[float, tuple[dict[str, list], dict[str, list]]]:
     """Per rate, every series in each round, in an order rotated from round to round, so
     slow drifts of a shared, noisy machine fall on all of them alike; per rate and series,
     each round's latencies (pooled for the headline percentiles) and the worker's figures.
@@ -516,7 +594,7 @@ async def latency(bootstrap: str, rates: list[float], seconds: float, rounds: in
                 v.clear()
             warm = False
         for r in range(rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 lat[name].append(await run[name]())
         out[rate] = (lat, {k: v for k, v in stats.items() if v})
     return out
@@ -530,17 +608,23 @@ def latency_report(lat: dict[str, list], stats: dict[str, list]) -> dict:  # noq
     for name, xs in pooled.items():
         for p in (0.5, 0.95, 0.99):
             res[f"{name}_p{round(p * 100)}_ms"] = pct(xs, p)
-    ratios = {"p99_ratio": ("loopwarden", "echo"), "p99_ratio_to_faust_echo": ("loopwarden", "faust_echo"),
-              "faust_echo_p99_ratio": ("faust_echo", "echo"), "b_p99_ratio": ("loopwarden_b", "loopwarden"),
-              "b_p99_ratio_to_faust_echo": ("loopwarden_b", "faust_echo")}
+    ratios = {
+        "p99_ratio": ("loopwarden", "echo"),
+        "p99_ratio_to_faust_echo": ("loopwarden", "faust_echo"),
+        "faust_echo_p99_ratio": ("faust_echo", "echo"),
+        "b_p99_ratio": ("loopwarden_b", "loopwarden"),
+        "b_p99_ratio_to_faust_echo": ("loopwarden_b", "faust_echo"),
+    }
     for name in lat:
         if name.startswith("loopwarden_") and name != "loopwarden_b":
             ratios[f"{name}_p99_ratio_to_loopwarden"] = (name, "loopwarden")
             ratios[f"{name}_p99_ratio_to_faust_echo"] = (name, "faust_echo")
     ratios = {k: v for k, v in ratios.items() if v[0] in lat and v[1] in lat}
-    rounds: dict = {"calls": {n: [len(xs) for xs in r] for n, r in lat.items()},
-                    "p50_ms": {n: [pct(xs, 0.5) for xs in r] for n, r in lat.items()},
-                    "p99_ms": {n: [pct(xs, 0.99) for xs in r] for n, r in lat.items()}}
+    rounds: dict = {
+        "calls": {n: [len(xs) for xs in r] for n, r in lat.items()},
+        "p50_ms": {n: [pct(xs, 0.5) for xs in r] for n, r in lat.items()},
+        "p99_ms": {n: [pct(xs, 0.99) for xs in r] for n, r in lat.items()},
+    }
     for key, (a, b) in ratios.items():
         res[key] = round(pct(pooled[a], 0.99) / pct(pooled[b], 0.99), 2)
         per = [round(pct(x, 0.99) / pct(y, 0.99), 2) for x, y in zip(lat[a], lat[b], strict=True)]
@@ -589,8 +673,13 @@ async def main_async(args) -> dict:
         tree, *kvs = rest.split(",")
         variants["loopwarden_" + name] = (Path(tree) if tree else None, dict(kv.split("=", 1) for kv in kvs))
     names += [n for n in variants if n not in names]
-    SERIES.update({n: f"loopwarden through a worker from {t or 'this tree'} with {e or 'no extra variables'}"
-                   for n, (t, e) in variants.items() if n != "loopwarden_b"})
+    SERIES.update(
+        {
+            n: f"loopwarden through a worker from {t or 'this tree'} with {e or 'no extra variables'}"
+            for n, (t, e) in variants.items()
+            if n != "loopwarden_b"
+        }
+    )
     if unknown := [n for n in names if n not in SERIES]:
         raise SystemExit(f"unknown series {unknown}; known: {list(SERIES)}")
     if not bootstrap:
@@ -598,22 +687,37 @@ async def main_async(args) -> dict:
         bootstrap = broker.bootstrap
     load0 = os.getloadavg()
     try:
-        lat = await latency(bootstrap, rates, args.seconds, args.latency_rounds, tmp, names,
-                            variants) if args.seconds else {}
-        tp = await throughput(bootstrap, args.events, args.rounds, tmp, broker.pid if broker else None) \
-            if args.events else {}
+        lat = (
+            await latency(bootstrap, rates, args.seconds, args.latency_rounds, tmp, names, variants)
+            if args.seconds
+            else {}
+        )
+        tp = (
+            await throughput(bootstrap, args.events, args.rounds, tmp, broker.pid if broker else None)
+            if args.events
+            else {}
+        )
     finally:
         if broker:
             localkafka.stop(broker)
-    result: dict = {"benchmark": "kafka", "rates_per_s": rates, "seconds_per_round": args.seconds,
-                    "loadavg_1m_before_after": [round(load0[0], 2), round(os.getloadavg()[0], 2)]}
+    result: dict = {
+        "benchmark": "kafka",
+        "rates_per_s": rates,
+        "seconds_per_round": args.seconds,
+        "loadavg_1m_before_after": [round(load0[0], 2), round(os.getloadavg()[0], 2)],
+    }
     if variants:
         result["variants"] = {n: {"tree": str(t) if t else None, "env": e} for n, (t, e) in variants.items()}
     if lat:
         result["latency"] = {f"{rate:g}": latency_report(*lat[rate]) for rate in rates}
         result["latency_series"] = {n: SERIES[n] for n in names}
-        result["plots"] = [plot({n: [x for xs in r for x in xs] for n, r in lat[rate][0].items()},
-                                ROOT / "benchmarks" / "out" / f"latency-{rate:g}.png") for rate in rates]
+        result["plots"] = [
+            plot(
+                {n: [x for xs in r for x in xs] for n, r in lat[rate][0].items()},
+                ROOT / "benchmarks" / "out" / f"latency-{rate:g}.png",
+            )
+            for rate in rates
+        ]
     result.update(tp)
     return result
 
@@ -623,17 +727,36 @@ def main() -> None:
     ap.add_argument("--bootstrap")
     ap.add_argument("--rates", help="comma-separated calls per second, each measured in turn (default: --rate)")
     ap.add_argument("--rate", type=float, default=1000.0, help="one rate, when --rates is not given")
-    ap.add_argument("--series", help="comma-separated latency series (default: echo, echo_shared_producer, "
-                                     "faust_echo, loopwarden)")
+    ap.add_argument(
+        "--series", help="comma-separated latency series (default: echo, echo_shared_producer, faust_echo, loopwarden)"
+    )
     ap.add_argument("--b-tree", help="add loopwarden_b: a worker run from this directory (its streams package)")
-    ap.add_argument("--b-env", action="append", default=[], metavar="K=V",
-                    help="add loopwarden_b: a worker with this environment variable (repeatable)")
-    ap.add_argument("--variant", action="append", default=[], metavar="NAME=DIR[,K=V...]",
-                    help="add loopwarden_NAME: a worker from DIR (empty: this tree) with these variables")
-    ap.add_argument("--seconds", type=float, default=10.0,
-                    help="seconds each latency series runs per round, after 3 s of warm-up (0: skip latency)")
-    ap.add_argument("--latency-rounds", type=int, default=3,
-                    help="latency rounds; each runs every series, the percentiles pool the rounds (default 3)")
+    ap.add_argument(
+        "--b-env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="add loopwarden_b: a worker with this environment variable (repeatable)",
+    )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=DIR[,K=V...]",
+        help="add loopwarden_NAME: a worker from DIR (empty: this tree) with these variables",
+    )
+    ap.add_argument(
+        "--seconds",
+        type=float,
+        default=10.0,
+        help="seconds each latency series runs per round, after 3 s of warm-up (0: skip latency)",
+    )
+    ap.add_argument(
+        "--latency-rounds",
+        type=int,
+        default=3,
+        help="latency rounds; each runs every series, the percentiles pool the rounds (default 3)",
+    )
     ap.add_argument("--events", type=int, default=60000, help="events for the throughput part (0: skip it)")
     ap.add_argument("--rounds", type=int, default=3, help="throughput rounds; medians are reported (default 3)")
     args = ap.parse_args()

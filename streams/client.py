@@ -51,7 +51,14 @@ from msgspec import UNSET
 from detectors.errors import LoopwardenError
 from detectors.fingerprint import fingerprint
 from detectors.wire import (
-    MAX_SAFE_INTEGER, CompactionRetry, Decision, RunEnd, ToolCall, ToolResult, decode_decision, decode_value,
+    MAX_SAFE_INTEGER,
+    CompactionRetry,
+    Decision,
+    RunEnd,
+    ToolCall,
+    ToolResult,
+    decode_decision,
+    decode_value,
     encode,
 )
 
@@ -129,7 +136,7 @@ class GatewayClient:
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: asyncio.Task | None = None
 
-    async def __aenter__(self) -> "GatewayClient":
+    async def __aenter__(self) -> GatewayClient:
         s = self.settings
         if "SASL" in s.security_protocol and (s.sasl_username is None or s.sasl_password is None):
             raise SettingsError(f"security protocol {s.security_protocol} needs sasl_username and sasl_password")
@@ -138,10 +145,12 @@ class GatewayClient:
         except OSError as exc:  # ssl.SSLError is one too: an unreadable or malformed CA file
             raise SettingsError(f"cannot load the TLS files (ssl_cafile {s.ssl_cafile}): {exc}") from None
         try:
-            self._producer = AIOKafkaProducer(acks="all", enable_idempotence=True, linger_ms=0,
-                                              max_request_size=self.max_request_size, **kw)
-            self._consumer = AIOKafkaConsumer(enable_auto_commit=False, auto_offset_reset="latest",
-                                              fetch_max_wait_ms=100, **kw)
+            self._producer = AIOKafkaProducer(
+                acks="all", enable_idempotence=True, linger_ms=0, max_request_size=self.max_request_size, **kw
+            )
+            self._consumer = AIOKafkaConsumer(
+                enable_auto_commit=False, auto_offset_reset="latest", fetch_max_wait_ms=100, **kw
+            )
         except ValueError as exc:  # aiokafka's check of the protocol and SASL mechanism
             self._producer = self._consumer = None
             raise SettingsError(f"cannot connect with these settings: {exc}") from None
@@ -255,35 +264,61 @@ class GatewayClient:
             if size > worker:
                 limit, why = worker, "the worker's max event size (max_event_bytes), above which it dead-letters events"
             else:
-                limit, why = fits, (f"what one produce request (max_request_size {self.max_request_size} bytes) can "
-                                    "carry beside the key and record headers")
+                limit, why = (
+                    fits,
+                    (
+                        f"what one produce request (max_request_size {self.max_request_size} bytes) can "
+                        "carry beside the key and record headers"
+                    ),
+                )
             tool = getattr(ev, "tool_name", None)
             what = f"{ev.__struct_config__.tag} event of run {ev.run_id!r}" + (f" for tool {tool!r}" if tool else "")
-            hint = ("; turn privacy mode on (privacy=True) to send hashes instead of the raw params and results"
-                    if not self.privacy else "; its ids are too long even in privacy mode")
-            raise EventTooLarge(f"{what} is {size} bytes encoded, over the limit of {limit} bytes: {why}; "
-                                f"nothing was sent{hint}", run_id=ev.run_id, tool_name=tool, size=size, limit=limit)
+            hint = (
+                "; turn privacy mode on (privacy=True) to send hashes instead of the raw params and results"
+                if not self.privacy
+                else "; its ids are too long even in privacy mode"
+            )
+            raise EventTooLarge(
+                f"{what} is {size} bytes encoded, over the limit of {limit} bytes: {why}; nothing was sent{hint}",
+                run_id=ev.run_id,
+                tool_name=tool,
+                size=size,
+                limit=limit,
+            )
         return key, value
 
     async def _send(self, key: bytes, value: bytes) -> None:
         assert self._producer is not None, "use GatewayClient as `async with`"
         await self._producer.send(self.settings.events_topic, key=key, value=value)
 
-    async def check(self, run_id: str, tool_name: str, params: Any = UNSET, tool_call_id: str | None = None,
-                    agent_id: str | None = None) -> Decision:
+    async def check(
+        self,
+        run_id: str,
+        tool_name: str,
+        params: Any = UNSET,
+        tool_call_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> Decision:
         """Publish a tool_call and wait for its decision (or apply the timeout policy).
         Raises EventTooLarge, before sending, for params too large to send."""
         seq = self._next_seq()
-        ev = ToolCall(run_id=run_id, seq=seq, gateway_id=self.gateway_id, agent_id=agent_id or self.agent_id,
-                      ts=int(time.time() * 1000), tool_name=tool_name, tool_call_id=tool_call_id,
-                      params=_wire(params))
+        ev = ToolCall(
+            run_id=run_id,
+            seq=seq,
+            gateway_id=self.gateway_id,
+            agent_id=agent_id or self.agent_id,
+            ts=int(time.time() * 1000),
+            tool_name=tool_name,
+            tool_call_id=tool_call_id,
+            params=_wire(params),
+        )
         key, value = self._encode(ev)
         fut = asyncio.get_running_loop().create_future()
         self._waiting[(run_id, seq)] = fut
         try:
             await self._send(key, value)
             return await asyncio.wait_for(fut, self.timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.degraded += 1
             return self._fallback(ev)
         finally:
@@ -292,31 +327,72 @@ class GatewayClient:
     def _fallback(self, ev: ToolCall) -> Decision:
         closed = self.policy == FAIL_CLOSED
         return Decision(
-            run_id=ev.run_id, seq=ev.seq, gateway_id=ev.gateway_id, agent_id=ev.agent_id,
-            tool_call_id=ev.tool_call_id, tool_name=ev.tool_name, ts=ev.ts, event_id=f"{ev.run_id}:{ev.seq}",
-            action="block" if closed else "allow", level="none", detector=None, count=None,
+            run_id=ev.run_id,
+            seq=ev.seq,
+            gateway_id=ev.gateway_id,
+            agent_id=ev.agent_id,
+            tool_call_id=ev.tool_call_id,
+            tool_name=ev.tool_name,
+            ts=ev.ts,
+            event_id=f"{ev.run_id}:{ev.seq}",
+            action="block" if closed else "allow",
+            level="none",
+            detector=None,
+            count=None,
             message=f"loopwarden gave no decision within {self.timeout_s:g}s; "
-                    + ("blocked (fail-closed)" if closed else "allowed (fail-open)"),
-            warning_key=None, paired_tool_name=None, args_hash=None, config_hash="", degraded=True,
+            + ("blocked (fail-closed)" if closed else "allowed (fail-open)"),
+            warning_key=None,
+            paired_tool_name=None,
+            args_hash=None,
+            config_hash="",
+            degraded=True,
         )
 
-    async def result(self, run_id: str, tool_name: str, params: Any = UNSET, *, result: Any = UNSET,
-                     error: Any = UNSET, tool_call_id: str | None = None, agent_id: str | None = None) -> None:
+    async def result(
+        self,
+        run_id: str,
+        tool_name: str,
+        params: Any = UNSET,
+        *,
+        result: Any = UNSET,
+        error: Any = UNSET,
+        tool_call_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> None:
         """Publish a tool's outcome. A result that aborts the run shows in `aborted[run_id]`.
         Raises EventTooLarge, before sending, for a result too large to send."""
-        ev = ToolResult(run_id=run_id, seq=self._next_seq(), gateway_id=self.gateway_id,
-                        agent_id=agent_id or self.agent_id, ts=int(time.time() * 1000), tool_name=tool_name,
-                        tool_call_id=tool_call_id, params=_wire(params), result=_wire(result), error=_wire(error))
+        ev = ToolResult(
+            run_id=run_id,
+            seq=self._next_seq(),
+            gateway_id=self.gateway_id,
+            agent_id=agent_id or self.agent_id,
+            ts=int(time.time() * 1000),
+            tool_name=tool_name,
+            tool_call_id=tool_call_id,
+            params=_wire(params),
+            result=_wire(result),
+            error=_wire(error),
+        )
         await self._send(*self._encode(ev))
 
     async def compaction_retry(self, run_id: str) -> None:
-        ev = CompactionRetry(run_id=run_id, seq=self._next_seq(), gateway_id=self.gateway_id,
-                             agent_id=self.agent_id, ts=int(time.time() * 1000))
+        ev = CompactionRetry(
+            run_id=run_id,
+            seq=self._next_seq(),
+            gateway_id=self.gateway_id,
+            agent_id=self.agent_id,
+            ts=int(time.time() * 1000),
+        )
         await self._send(*self._encode(ev))
 
     async def end_run(self, run_id: str) -> None:
-        ev = RunEnd(run_id=run_id, seq=self._next_seq(), gateway_id=self.gateway_id, agent_id=self.agent_id,
-                    ts=int(time.time() * 1000))
+        ev = RunEnd(
+            run_id=run_id,
+            seq=self._next_seq(),
+            gateway_id=self.gateway_id,
+            agent_id=self.agent_id,
+            ts=int(time.time() * 1000),
+        )
         await self._send(*self._encode(ev))
         self.aborted.pop(run_id, None)
 

@@ -11,17 +11,16 @@ from pathlib import Path
 
 import faust
 from aiokafka.partitioner import murmur2
-from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
-
 from mode import Service
+from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 
 from detectors import DetectionConfig, LoopwardenError
 
-from . import watchdog
 from ..configs import ConfigFollower, ConfigHistory, config_id
 from ..settings import Settings, read_detection_config
-from .metrics import Metrics
+from . import watchdog
 from .batches import BatchLoop
+from .metrics import Metrics
 
 log = logging.getLogger("loopwarden.worker")
 
@@ -43,15 +42,18 @@ def _credentials(s: Settings):
         # SASLCredentials means SASL_SSL when it has an SSL context, SASL_PLAINTEXT without;
         # the settings give one exactly for SASL_SSL.
         return faust.SASLCredentials(
-            username=s.sasl_username, password=s.sasl_password, ssl_context=s.ssl_context(),
+            username=s.sasl_username,
+            password=s.sasl_password,
+            ssl_context=s.ssl_context(),
             mechanism=SASLMechanism(s.sasl_mechanism),
         )
     ctx = s.ssl_context()
     return faust.SSLCredentials(ctx) if ctx is not None else None
 
 
-def create_app(settings: Settings, config: DetectionConfig | None = None,
-               history: ConfigHistory | None = None) -> faust.App:
+def create_app(
+    settings: Settings, config: DetectionConfig | None = None, history: ConfigHistory | None = None
+) -> faust.App:
     """The worker app: one agent over the events topic, one table of run states.
 
     Without a config (`--config` or `config`) the worker follows the config topic
@@ -69,8 +71,12 @@ def create_app(settings: Settings, config: DetectionConfig | None = None,
         config_now = _file_config_id(settings.config)
     metrics = Metrics()
     # The config in use, by id ("defaults": the built-in defaults), for dashboards and audits.
-    config_info = Gauge("loopwarden_config", "1 for the config this worker decides under, labelled by its id",
-                        ["config"], registry=metrics.registry)
+    config_info = Gauge(
+        "loopwarden_config",
+        "1 for the config this worker decides under, labelled by its id",
+        ["config"],
+        registry=metrics.registry,
+    )
     config_info.labels(config_now or "defaults").set(1)
     app = faust.App(
         settings.app_id,
@@ -95,15 +101,23 @@ def create_app(settings: Settings, config: DetectionConfig | None = None,
         web_port=settings.web_port,
         web_in_thread=False,
     )
-    events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes, key_serializer="raw",
-                       value_serializer="raw", partitions=settings.partitions)
+    events = app.topic(
+        settings.events_topic,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=settings.partitions,
+    )
     # The run states. Faust owns the table: its store, its changelog topic (compacted,
     # keyed by run_id), recovery on assignment. The store holds RunState objects written
     # by the agent, or the bytes Faust put there when it recovered a key from the
     # changelog; the batch loop's RunStore writes the touched runs' encoded states to the
     # changelog itself, in explicit produce batches (see run_store.py).
-    runs = app.Table("runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions,
-                     use_partitioner=True)
+    runs = app.Table(
+        "runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions, use_partitioner=True
+    )
+
     def lags() -> dict[int, int]:
         """Events not folded yet, per assigned partition of the events topic. Only for
         partitions folded from since they were assigned: before that the position is
@@ -134,10 +148,18 @@ def create_app(settings: Settings, config: DetectionConfig | None = None,
         app.conf.stream_wait_empty = False
         os.kill(os.getpid(), signal.SIGTERM)
 
-    batches = BatchLoop(settings, config, metrics, lambda: runs.data, lambda: sum(lags().values()),
-                        lambda: app.should_stop or app.rebalancing, runs.changelog_topic.get_topic_name(), crash,
-                        partition_of=lambda key: (murmur2(key) & 0x7FFFFFFF) % settings.partitions,
-                        tombstone_delay=2 * app.conf.broker_commit_interval + settings.flush_interval_ms / 1000.0)
+    batches = BatchLoop(
+        settings,
+        config,
+        metrics,
+        lambda: runs.data,
+        lambda: sum(lags().values()),
+        lambda: app.should_stop or app.rebalancing,
+        runs.changelog_topic.get_topic_name(),
+        crash,
+        partition_of=lambda key: (murmur2(key) & 0x7FFFFFFF) % settings.partitions,
+        tombstone_delay=2 * app.conf.broker_commit_interval + settings.flush_interval_ms / 1000.0,
+    )
 
     batches.config_id = config_now
     app.batches = batches  # run_worker and /health read its failure
@@ -149,8 +171,12 @@ def create_app(settings: Settings, config: DetectionConfig | None = None,
             """The topic's current config, if it changed and has been read, for later batches."""
             cid, new = follower.history.current, follower.history.current_config()
             if cid is not None and new is None:
-                log.warning("the current config %s is not on %s (yet); keeping %s", cid, settings.config_topic,
-                            batches.config_id or "defaults")
+                log.warning(
+                    "the current config %s is not on %s (yet); keeping %s",
+                    cid,
+                    settings.config_topic,
+                    batches.config_id or "defaults",
+                )
                 return
             if cid != batches.config_id:
                 batches.use_config(new or DetectionConfig({}), cid)  # between two batches; logged there
@@ -161,8 +187,12 @@ def create_app(settings: Settings, config: DetectionConfig | None = None,
         class _FollowConfigs(Service):  # polls the config topic about once a second
             async def on_start(self) -> None:
                 await follower.start()
-                log.warning("following %s from offset %d; config %s", settings.config_topic,
-                            follower.history.next_offset, batches.config_id or "defaults")
+                log.warning(
+                    "following %s from offset %d; config %s",
+                    settings.config_topic,
+                    follower.history.next_offset,
+                    batches.config_id or "defaults",
+                )
 
             async def on_stop(self) -> None:
                 await follower.stop()
@@ -244,9 +274,18 @@ def create_app(settings: Settings, config: DetectionConfig | None = None,
             flowing = app.flow_control.is_active()
         except Exception:
             paused, flowing = [], None
-        return web.json({"status": st, "app": settings.app_id, "partitions": assigned, "paused": paused,
-                         "flow_control": flowing, "config": batches.config_id, "config_follows": following},
-                        status=200 if st == "ok" else 503)
+        return web.json(
+            {
+                "status": st,
+                "app": settings.app_id,
+                "partitions": assigned,
+                "paused": paused,
+                "flow_control": flowing,
+                "config": batches.config_id,
+                "config_follows": following,
+            },
+            status=200 if st == "ok" else 503,
+        )
 
     return app
 

@@ -80,7 +80,6 @@ def dead_letter(msg: Incoming, err: EventError) -> DeadLetter:
     return DeadLetter(key, value, headers)
 
 
-
 class BatchLoop(Service):
     def __init__(
         self,
@@ -107,8 +106,7 @@ class BatchLoop(Service):
         self.on_error = on_error
         self.publisher = BatchProducer(settings.kafka_kwargs())  # decisions and dead letters
         self.states = BatchProducer(settings.kafka_kwargs())  # changelog records: a connection of their own
-        self.runs = RunStore(store, changelog_topic, self.states, partition_of, config.idle_timeout_ms,
-                             tombstone_delay)
+        self.runs = RunStore(store, changelog_topic, self.states, partition_of, config.idle_timeout_ms, tombstone_delay)
         self.interval = settings.flush_interval_ms / 1000.0
         self.progress: dict[int, int] = {}  # partition -> last offset folded
         self._waiting: list = []  # events passed on, not folded yet
@@ -266,7 +264,9 @@ class BatchLoop(Service):
                 if exc.reason == "internal_error":
                     log.error("event at %s[%d]@%d set aside: %s", msg.topic, msg.partition, msg.offset, exc)
                 dl = dead_letter(msg, exc)
-                out.append(OutRecord(s.deadletter_topic, dl.key, dl.value, dl.headers, None if dl.key is not None else 0))
+                out.append(
+                    OutRecord(s.deadletter_topic, dl.key, dl.value, dl.headers, None if dl.key is not None else 0)
+                )
                 self.metrics.dead_letters.labels(exc.reason).inc()
                 dead += 1
                 continue
@@ -275,7 +275,7 @@ class BatchLoop(Service):
             if f.after is not f.before:
                 ended = (f.before, msg.offset) if f.after is None and f.before is not None else None
                 runs.stage(f.key, msg.partition, f.after, ended)  # type: ignore[arg-type]
-            for d, raw in zip(f.decisions, f.encoded):
+            for d, raw in zip(f.decisions, f.encoded, strict=True):
                 out.append(OutRecord(s.decisions_topic, d.gateway_id.encode(), raw))
                 if t is not None:
                     ids.append((d.event_id, msg.offset, msg.partition))
@@ -355,8 +355,18 @@ class BatchLoop(Service):
                 e.ack()
             self.runs.committed(cp)
             if self.trace is not None:
-                self.trace.line({"k": "flush", "t0": t0, "cp": t1, "q": t2, "dur": t3, "ack": time.time(),
-                                 "states": len(cp.staged), "events": len(events)})
+                self.trace.line(
+                    {
+                        "k": "flush",
+                        "t0": t0,
+                        "cp": t1,
+                        "q": t2,
+                        "dur": t3,
+                        "ack": time.time(),
+                        "states": len(cp.staged),
+                        "events": len(events),
+                    }
+                )
             if final:
                 await self.runs.close()
             self.metrics.flushes.inc()

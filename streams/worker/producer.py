@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from aiokafka import AIOKafkaProducer
 from mode import Service
 
 from ..partitioner import partition_for
-
 
 # Records per produce batch, in bytes (aiokafka's default is 16 KiB). A partition gets at
 # most one batch per produce request, so a processed batch's decisions for one partition,
@@ -54,8 +54,9 @@ class BatchProducer(Service):
         # (services start after table recovery), so publishing starts it too.
         async with self._starting:
             if self._producer is None:
-                producer = AIOKafkaProducer(acks="all", enable_idempotence=True, linger_ms=0,
-                                            max_batch_size=BATCH_BYTES, **self._kwargs)
+                producer = AIOKafkaProducer(
+                    acks="all", enable_idempotence=True, linger_ms=0, max_batch_size=BATCH_BYTES, **self._kwargs
+                )
                 await producer.start()
                 self._producer = producer
         return self._producer

@@ -116,8 +116,9 @@ class RunStore:
             log.error("dropping unreadable state of run %r: %s", key, exc)
             return None
 
-    def stage(self, key: bytes, partition: int, state: RunState | None,
-              ended: tuple[RunState, int] | None = None) -> None:
+    def stage(
+        self, key: bytes, partition: int, state: RunState | None, ended: tuple[RunState, int] | None = None
+    ) -> None:
         """A run's new state (None: it ended; `ended` = its state before the run_end and
         the run_end's offset) into the store at once, and into the next checkpoint."""
         store = self.data()
@@ -195,7 +196,7 @@ class RunStore:
         n = 0
         for i in range(0, len(keys), chunk):
             await asyncio.sleep(0)
-            for key in keys[i:i + chunk]:
+            for key in keys[i : i + chunk]:
                 value = store.get(key)
                 if value is None or key in self._staged or key in self._tombstones:
                     continue  # touched since the snapshot, or already on its way out
