@@ -17,7 +17,6 @@ ExitCode; the work lives in the module it names. The exit codes, for every subco
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import enum
 import json
@@ -123,6 +122,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_topics(args: argparse.Namespace) -> int:
     s = _settings(args)
+    import asyncio  # here, not at the top: `replay` starts faster without it
+
     from .topics import create_topics
 
     created = asyncio.run(create_topics(s))
@@ -136,6 +137,8 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    import asyncio
+
     from .configs import publish_config, read_configs
 
     s = _settings(args)
@@ -223,10 +226,6 @@ def _worker_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sasl-username")
     g.add_argument("--sasl-password")
     g.add_argument("--ssl-cafile")
-
-
-def _settings(args: argparse.Namespace) -> settings_mod.Settings:
-    return settings_mod.build(vars(args))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import ssl
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -62,6 +61,8 @@ def connect_errors(logger: str = "aiokafka") -> Iterator[list[BaseException]]:
 
 def _kind(exc: BaseException) -> int:
     """How much an exception says about why a connection failed (higher: more)."""
+    import ssl  # here: a replay, which never talks to Kafka, starts without it
+
     from aiokafka import errors as ak
 
     if isinstance(
@@ -90,6 +91,8 @@ def broker_error(exc: BaseException, target: Any, causes: Iterable[BaseException
     `target` is the Settings used (for the user and SASL mechanism to name) or just the
     bootstrap address; `causes` what `connect_errors` collected. The password is never
     part of the message."""
+    import ssl
+
     from aiokafka import errors as ak
 
     at = getattr(target, "bootstrap", target)

@@ -28,6 +28,10 @@ class Progress:
         self._bar.start()
         self._task = self._bar.add_task(what, total=total)
 
+    @property
+    def shown(self) -> bool:
+        return self._bar is not None
+
     def update(self, done: int) -> None:
         if self._bar is not None:
             self._bar.update(self._task, completed=done)

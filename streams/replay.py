@@ -5,12 +5,18 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from itertools import count, repeat
+from operator import attrgetter, methodcaller
 from typing import BinaryIO, TextIO
 
-from detectors import DetectionConfig
+from detectors import Decision, DetectionConfig
 from detectors.ingest import DEFAULT_MAX_EVENT_BYTES, SetAside, fold
 
 from .progress import Progress
+
+_ACTION = attrgetter("action")
+_DETECTOR = attrgetter("detector")
+_strip_newline = methodcaller("rstrip", b"\r\n")
 
 
 class ReplayReport:
@@ -47,8 +53,8 @@ def run_replay(
     """Fold every line of `src` and write the decisions to `dst` as JSONL."""
     report = ReplayReport()
     progress = Progress("replaying", total_bytes, unit="bytes")
-    out: list[bytes] = []
-    seen = 0
+    out: list[bytes] = []  # decisions' JSON not yet written
+    decided: list[Decision] = []  # their decisions, not yet counted
 
     def set_aside(lineno: int, line: bytes, reason: str, detail: str) -> None:
         detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -57,47 +63,46 @@ def run_replay(
             record = {"line": lineno, "error": reason, "detail": detail, "value": line.decode("utf-8", "replace")}
             dead_letter.write(json.dumps(record, ensure_ascii=False).encode() + b"\n")
 
-    events = decisions_n = 0
-    actions = report.actions
-    detectors = report.detectors
-    write = dst.write
+    def flush() -> None:
+        if out:
+            dst.write(b"\n".join(out))
+            dst.write(b"\n")
+            out.clear()
+        report.decisions += len(decided)
+        report.actions.update(map(_ACTION, decided))
+        report.detectors.update(filter(None, map(_DETECTOR, decided)))
+        decided.clear()
+        if progress.shown:
+            try:
+                progress.update(src.tell())
+            except (OSError, ValueError):  # a pipe: no position to show
+                pass
 
-    def lines():
-        nonlocal seen, events
-        for lineno, line in enumerate(src, 1):
-            seen += len(line)
-            if not lineno & 8191:
-                progress.update(seen)
-                write(b"".join(out))
-                out.clear()
-            events += 1
-            yield lineno, None, line.rstrip(b"\r\n")
-
+    # (line number, no key, the line): a source made of C iterators, as this loop runs
+    # once per event. The worker's fold (detectors.ingest): a blank line is an empty
+    # message, a bad event there; a file has no keys to check.
+    lines = zip(count(1), repeat(None), map(_strip_newline, src))
+    lineno = 0
     try:
-        # The worker's fold (detectors.ingest): a blank line is an empty message, a bad
-        # event there; a file has no keys to check.
-        for folded in fold(lines(), config, max_event_bytes=max_event_bytes, keyed=False):
+        for folded in fold(lines, config, max_event_bytes=max_event_bytes, keyed=False):
+            lineno = folded.position
             if type(folded) is SetAside:
                 reason = folded.error.reason
                 if reason == "stale_seq":
                     report.stale += 1
                 else:
                     report.bad += 1
-                set_aside(folded.position, folded.value or b"", reason, str(folded.error))
-                continue
-            for d, raw in zip(folded.decisions, folded.encoded, strict=True):
-                out.append(raw)
-                out.append(b"\n")
-                decisions_n += 1
-                actions[d.action] += 1
-                if d.detector:
-                    detectors[d.detector] += 1
+                set_aside(lineno, folded.value or b"", reason, str(folded.error))
+            else:
+                out += folded.encoded
+                decided += folded.decisions
+            if not lineno & 8191:
+                flush()
     finally:
         # Whatever happened, what was decided is written out.
-        write(b"".join(out))
+        flush()
         dst.flush()
-        report.events = events
-        report.decisions = decisions_n
+        report.events = lineno
         progress.close()
     return report
 

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import logging
 import os
-import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from detectors import DetectionConfig, load_config
 
 from .errors import SettingsError
+
+if TYPE_CHECKING:
+    import ssl
 
 ENV_PREFIX = "LOOPWARDEN_"
 
@@ -80,6 +82,8 @@ class Settings:
     def ssl_context(self) -> ssl.SSLContext | None:
         if "SSL" not in self.security_protocol:
             return None
+        import ssl  # only a client with TLS settings pays for it
+
         ctx = ssl.create_default_context(cafile=self.ssl_cafile)
         if self.ssl_certfile:
             ctx.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
