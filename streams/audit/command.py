@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sys
 import time
@@ -19,6 +20,8 @@ from ..settings import Settings, read_detection_config
 from ..times import parse_duration, parse_from
 from .core import Audit, ConfigBook
 from .read import TopicRange, partitions_of
+
+GC_THRESHOLD = 70_000  # allocations between young collections (Python's default: 700)
 
 
 def _iso(ms: int | None) -> str | None:
@@ -200,7 +203,18 @@ def _print_summary(s: dict[str, Any], out: TextIO) -> None:
 
 
 def run_audit(settings: Settings, args: Any) -> int:
+    # An audit holds what it read for a grace period: many container objects alive for
+    # seconds, which the cycle collector would walk again at every collection (about a
+    # quarter of a 1M-event audit's time). Nothing it builds needs prompt collection:
+    # what was imported is frozen, and collections come 100x less often.
+    gc.collect()
+    gc.freeze()
+    thresholds = gc.get_threshold()
+    gc.set_threshold(GC_THRESHOLD, *thresholds[1:])
     try:
         return asyncio.run(audit(settings, args, sys.stdout))
     except OSError as exc:
         raise LoopwardenError(f"cannot write {exc.filename}: {exc.strerror}") from None
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
