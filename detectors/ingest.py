@@ -9,15 +9,18 @@ read. Nothing here raises anything but an EventError for bad input, whatever the
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
+
+from msgspec import Struct
 
 from .config import DetectionConfig
 from .engine import apply
 from .errors import DecodeError, EventError, OversizeError
 from .state import RunState
-from .wire import Decision, Event, _Event, decode_event, encode
+from .wire import Decision, Event, _encoder, _Event, decode_event
 
 DEFAULT_MAX_EVENT_BYTES = 1 << 20  # wire-format.md: a reader's default limit per event
+_encode = _encoder.encode  # wire.encode, without a Python call around it
 
 
 class MissingKey(EventError):
@@ -70,15 +73,19 @@ def step(
     the new state, so the run's state stays as it was."""
     try:
         new, decisions = apply(state, ev, config)
-        return new, decisions, [encode(d) for d in decisions]
+        return new, decisions, list(map(_encode, decisions))
     except EventError:
         raise
     except Exception as exc:
         raise InternalError(f"{type(exc).__name__}: {exc}") from None
 
 
-class Folded(NamedTuple):
-    """An event folded: its run's state before and after, and what it decided."""
+class Folded(Struct, frozen=True, gc=False):
+    """An event folded: its run's state before and after, and what it decided.
+
+    (A Struct rather than a NamedTuple: one is made per event on every reader, and a
+    Struct is built in C, four times faster. Not tracked by the cycle collector: it
+    holds events, states and bytes, none of which can refer back to it.)"""
 
     position: Any  # where the source read it (a line number, a Kafka message, an index)
     key: bytes | None
@@ -89,7 +96,7 @@ class Folded(NamedTuple):
     encoded: list[bytes]  # each decision's JSON, in the same order
 
 
-class SetAside(NamedTuple):
+class SetAside(Struct, frozen=True, gc=False):
     """A message that could not be folded: a dead letter, with its reason."""
 
     position: Any

@@ -26,6 +26,7 @@ JS_WHITESPACE = (
 
 # Limits every reader applies alike (wire-format.md, "Bad input").
 MAX_SAFE_INTEGER = 2**53 - 1  # what every client language holds exactly
+_JS_SPACE_OR_EMPTY = frozenset(JS_WHITESPACE) | {""}
 MAX_DEPTH = 128  # JSON nesting, the event object itself counted as level 1
 
 NonEmpty = Annotated[str, Meta(min_length=1)]
@@ -153,7 +154,8 @@ def decode_event(data: bytes | str) -> Event:
     wire-format.md ("Bad input") hold alike: nesting depth, `seq` and `ts` range (on the
     types), and valid Unicode in the ids and the tool name."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-    _check_depth(raw)
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:  # _check_depth, inlined: it runs on every event
+        _check_depth(raw)
     try:
         ev = _decoder.decode(data)
     except msgspec.ValidationError as exc:
@@ -177,7 +179,7 @@ def decode_event(data: bytes | str) -> Event:
             if isinstance(v, str) and _SURROGATE.search(v):
                 raise DecodeError(f"a lone surrogate escape is not valid Unicode - at `$.{field}`") from None
     name = getattr(ev, "tool_name", "x")
-    if not name.strip(JS_WHITESPACE):
+    if name[:1] in _JS_SPACE_OR_EMPTY and not name.strip(JS_WHITESPACE):  # a name starting otherwise is not blank
         raise DecodeError("Expected `str` that is not blank after trimming - at `$.tool_name`")
     return ev
 
