@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import msgspec
@@ -103,6 +104,10 @@ def _same_verdict(a: Decision, b: Decision) -> bool:
     )
 
 
+_KEY = attrgetter("key")
+_VALUE = attrgetter("value")
+
+
 def _minute(ms: int) -> str:
     return datetime.fromtimestamp(ms // 60000 * 60, UTC).strftime("%Y-%m-%dT%H:%MZ")
 
@@ -172,7 +177,7 @@ class Audit:
         self.combos: dict[tuple[str | None, str, str], int] = {}  # (agent, tool, action) -> replayed decisions
         self._cur: tuple[Event, str] | None = None
         self.by_detector: Counter[str] = Counter()
-        self.per_minute: dict[str, Counter[str]] = {}
+        self.per_minute: dict[int, Counter[str]] = {}  # by minutes since the epoch
         self.what_if_counts: Counter[str] = Counter()
         self.what_if_by_detector: Counter[str] = Counter()
         self.run_ids: set[str] = set()
@@ -286,8 +291,9 @@ class Audit:
             config_for=self._config_for,
         )
         if self.what_if is None:
+            settle = self._settle
             for f in folded:
-                self._settle(f, None)
+                settle(f, None)
             return
         pairs = _Tee(folded)
         for g in fold(pairs, self.what_if, keyed=False, load=self._load_what_if):
@@ -297,9 +303,15 @@ class Audit:
         return self.what_if_states.get(run_id)
 
     def _source(self, chunk: list[Msg]) -> Iterator[tuple[Msg, bytes | None, bytes | None]]:
+        """(message, key, value) of each event of the chunk, of the chosen runs only."""
         runs = self.only_runs
+        if not runs:
+            return zip(chunk, map(_KEY, chunk), map(_VALUE, chunk), strict=True)
+        return self._chosen(chunk, runs)
+
+    def _chosen(self, chunk: list[Msg], runs: set[str]) -> Iterator[tuple[Msg, bytes | None, bytes | None]]:
         for m in chunk:
-            if runs and (m.key is None or m.key.decode("utf-8", "replace") not in runs):
+            if m.key is None or m.key.decode("utf-8", "replace") not in runs:
                 continue
             yield m, m.key, m.value
 
@@ -397,7 +409,7 @@ class Audit:
             if action != "allow":
                 if replayed.detector:
                     self.by_detector[replayed.detector] += 1
-                self.per_minute.setdefault(_minute(ts), Counter())[action] += 1
+                self.per_minute.setdefault(ts // 60000, Counter())[action] += 1
                 if action in ("block", "abort"):
                     run.flags.add(action)
         if rec is not None:
@@ -566,7 +578,7 @@ class Audit:
             "by_agent": self._by(0),
             "by_tool": self._by(1),
             "per_minute": [
-                {"minute": k, "warn": v["warn"], "block": v["block"], "abort": v["abort"]}
+                {"minute": _minute(k * 60000), "warn": v["warn"], "block": v["block"], "abort": v["abort"]}
                 for k, v in sorted(self.per_minute.items())
             ],
             "runs": self.report_runs,
