@@ -174,6 +174,7 @@ class Audit:
         self.done_order: deque[tuple[int, str]] = deque()
         # Counts.
         self.c: Counter[str] = Counter()
+        self.events_in_range = 0  # apart from the Counter: counted for every event
         self.combos: dict[tuple[str | None, str, str], int] = {}  # (agent, tool, action) -> replayed decisions
         self._cur: tuple[Event, str] | None = None
         self.by_detector: Counter[str] = Counter()
@@ -353,7 +354,7 @@ class Audit:
         mt = m.timestamp
         inside = (self.from_ms is None or mt >= self.from_ms) and (self.to_ms is None or mt <= self.to_ms)
         if inside:
-            self.c["events"] += 1
+            self.events_in_range += 1
             if not run.in_range:
                 run.in_range = True
                 self.run_ids.add(run_id)
@@ -365,7 +366,7 @@ class Audit:
         replayed = f.decisions[0] if f.decisions else None
         what_if = g.decisions[0] if g is not None and type(g) is Folded and g.decisions else None
         status = None
-        if inside and not run.partial:
+        if inside and not run.partial and (replayed is not None or rec is not None):
             status = self._compare(eid, run_id, rec, replayed, f.encoded[0] if f.encoded else None, what_if, run, ts)
         if replayed is not None or rec is not None:
             self.done[eid] = (rec, mt)
@@ -534,7 +535,7 @@ class Audit:
                 "by_detector": dict(sorted(self.what_if_by_detector.items())),
             }
         return {
-            "events": c["events"],
+            "events": self.events_in_range,
             "runs": len(self.run_ids),
             "partial_runs": len(self.partial_ids),
             "decisions_recorded": c["decisions_recorded"],
@@ -551,7 +552,7 @@ class Audit:
             "by_detector": dict(sorted(self.by_detector.items())),
             "what_if": what_if,
             "seconds": round(seconds, 3),
-            "events_per_s": round(c["events"] / seconds) if seconds > 0 else None,
+            "events_per_s": round(self.events_in_range / seconds) if seconds > 0 else None,
         }
 
     def _by(self, field: int) -> dict[str, Any]:
