@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from rich.console import Console
 
+from detectors.rules import NAMES
 from detectors.wire import Decision
 from streams.errors import SettingsError
 from streams.tools.top import TopState, dead_letter_reason, metrics_url, parse_from, parse_lags
@@ -403,3 +404,9 @@ def test_the_header_lines_and_sections():
 def test_plain_line():
     line = plain_line(fleet_snapshot())
     assert "decisions 72, per s" in line and "looping 12" in line and "latest:" in line
+
+
+def test_every_detector_has_a_short_label():
+    """A detector added to the registry gets a label in `top` too (its name would fit
+    worse); a label for a name no detector has is a leftover."""
+    assert set(DETECTOR_SHORT) == set(NAMES)
