@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -142,3 +144,27 @@ def decisions_by_partition(msgs) -> dict[int, list[dict]]:
     for m in sorted(msgs, key=lambda m: (m.partition, m.offset)):
         out.setdefault(m.partition, []).append(json.loads(m.value))
     return out
+
+
+def audit(bootstrap: str, prefix: str, *args: str) -> tuple[int, dict]:
+    """`loopwarden audit --json` on the test topics: (exit code, summary); 0 or 2 only."""
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streams.cli",
+            "audit",
+            "--bootstrap",
+            bootstrap,
+            "--topic-prefix",
+            prefix,
+            "--json",
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode in (0, 2) and p.stdout, p.stderr
+    return p.returncode, json.loads(p.stdout)

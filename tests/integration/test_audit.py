@@ -5,8 +5,6 @@ an offline replay under it changes."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -14,7 +12,7 @@ import pytest
 from benchmarks.trace import CONFIG, generate
 from detectors import DetectionConfig, decode_event, encode, replay
 from tests.integration.harness import (
-    ROOT,
+    audit,
     consume,
     event_records,
     fresh_worker,
@@ -43,29 +41,6 @@ def events(n: int = 1500, seed: int = 31) -> list[dict]:
 
 def offline(evs: list[dict], config: dict) -> list[dict]:
     return [json.loads(encode(d)) for d in replay([decode_event(json.dumps(e)) for e in evs], DetectionConfig(config))]
-
-
-def audit(bootstrap: str, prefix: str, *args: str) -> tuple[int, dict]:
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "streams.cli",
-            "audit",
-            "--bootstrap",
-            bootstrap,
-            "--topic-prefix",
-            prefix,
-            "--json",
-            *args,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert p.returncode in (0, 2) and p.stdout, p.stderr
-    return p.returncode, json.loads(p.stdout)
 
 
 @pytest.fixture(scope="module")

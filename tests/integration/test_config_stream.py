@@ -20,6 +20,7 @@ from streams.tools.localkafka import free_port
 from tests.integration.harness import (
     ROOT,
     WorkerProcess,
+    audit,
     consume,
     decisions_by_partition,
     event_records,
@@ -224,27 +225,8 @@ def test_a_worker_without_config_decides_under_the_topic_and_follows_it(bootstra
 
     # An audit without --config reproduces the decisions made under both configs: each
     # event is replayed under the config its recorded decision names (found on the topic).
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "streams.cli",
-            "audit",
-            "--bootstrap",
-            bootstrap,
-            "--topic-prefix",
-            prefix,
-            "--partitions",
-            "2",
-            "--json",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert p.returncode == 0, p.stdout + p.stderr
-    audited = json.loads(p.stdout)
+    code, audited = audit(bootstrap, prefix, "--partitions", "2")
+    assert code == 0, audited
     assert audited["matched"] == audited["decisions_recorded"] == 10 and audited["unknown_configs"] == {}
     assert (audited["mismatched"], audited["missing"], audited["unexpected"], audited["conflicting"]) == (0, 0, 0, 0)
 
