@@ -167,10 +167,7 @@ class Audit:
         self.what_if_states: dict[str, RunState] = {}
         self.open: dict[str, _Run] = {}
         self.pending: dict[str, _Recorded] = {}
-        # Folded event ids, for a late second record: the recorded decision, or for one
-        # that matched the replayed decision's bytes (equal to it, and a third of its
-        # memory decoded), or None when none was recorded.
-        self.done: dict[str, tuple[_Recorded | bytes | None, int]] = {}
+        self.done: dict[str, tuple[_Recorded | None, int]] = {}  # folded event ids, for a late second record
         # Both in the order they came, for expiry (a dict's oldest entry is slow to find
         # once many before it were deleted).
         self.pending_order: deque[tuple[int, str]] = deque()
@@ -220,10 +217,6 @@ class Audit:
             if rec is None:  # its event was folded, and nothing was recorded then: recorded late
                 self.c["late"] += 1
                 return
-            if type(rec) is bytes:  # it matched: the replayed decision stands for it
-                rec = _Recorded(decode_decision(rec), seen[1], status="matched")
-                self.done[eid] = (rec, seen[1])
-            assert isinstance(rec, _Recorded)
             first = rec
         if _same_verdict(first.decision, d):
             self.c["duplicates"] += 1  # the same decision again (a worker replayed its input)
@@ -376,7 +369,7 @@ class Audit:
         if inside and not run.partial and (replayed is not None or rec is not None):
             status = self._compare(eid, run_id, rec, replayed, f.encoded[0] if f.encoded else None, what_if, run, ts)
         if replayed is not None or rec is not None:
-            self.done[eid] = (f.encoded[0] if status == "matched" else rec, mt)
+            self.done[eid] = (rec, mt)
             self.done_order.append((mt, eid))
         if run.timeline is not None and inside:
             if len(run.timeline) == run.timeline.maxlen:
