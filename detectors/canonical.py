@@ -66,26 +66,36 @@ def js_number(x: float) -> str:
 # repeats its outcome too. Emptied when full; long values are not kept.
 _MEMO_ENTRIES = 4096
 _MEMO_MAX_BYTES = 2048
-_FLOATS: dict[str, msgspec.Raw] = {}
 _DIGESTS: dict[bytes, str] = {}
 _sha256 = hashlib.sha256
 
 
+class _FloatMemo(dict[str, msgspec.Raw]):
+    """The float literals' memo. A decoder calls its hook for every float literal; with
+    `_FLOATS.__getitem__` as the hook a literal seen before costs a lookup in C, and
+    only a new one runs Python (`__missing__`)."""
+
+    def __missing__(self, text: str) -> msgspec.Raw:
+        x = float(text)
+        if math.isfinite(x):
+            raw = msgspec.Raw(js_number(x).encode())
+        else:
+            raw = msgspec.Raw(json.dumps("NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")).encode())
+        if len(text) <= 64:
+            if len(self) >= _MEMO_ENTRIES:
+                self.clear()
+            self[text] = raw
+        return raw
+
+
+_FLOATS = _FloatMemo()
+FLOAT_HOOK = _FLOATS.__getitem__
+"""js_float_literal, as a decoder's float_hook."""
+
+
 def js_float_literal(text: str) -> msgspec.Raw:
     """A JSON float literal as the canonical bytes JavaScript would write for it."""
-    raw = _FLOATS.get(text)
-    if raw is not None:
-        return raw
-    x = float(text)
-    if math.isfinite(x):
-        raw = msgspec.Raw(js_number(x).encode())
-    else:
-        raw = msgspec.Raw(json.dumps("NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")).encode())
-    if len(text) <= 64:
-        if len(_FLOATS) >= _MEMO_ENTRIES:
-            _FLOATS.clear()
-        _FLOATS[text] = raw
-    return raw
+    return _FLOATS[text]
 
 
 def _js_int(i: int) -> str:

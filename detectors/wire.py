@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from .canonical import js_float_literal
+from .canonical import FLOAT_HOOK, js_float_literal
 from .errors import DecodeError
 
 # JavaScript's String#trim: Unicode white space and line terminators.
@@ -99,9 +99,9 @@ class Decision(Struct, frozen=True, omit_defaults=True, gc=False):
     degraded: bool = False  # set only by a client that gave up waiting (never by a worker)
 
 
-_decoder = msgspec.json.Decoder(Event, float_hook=js_float_literal)
+_decoder = msgspec.json.Decoder(Event, float_hook=FLOAT_HOOK)
 _decision_decoder = msgspec.json.Decoder(Decision)
-_value_decoder = msgspec.json.Decoder(float_hook=js_float_literal)
+_value_decoder = msgspec.json.Decoder(float_hook=FLOAT_HOOK)
 _encoder = msgspec.json.Encoder()
 
 
