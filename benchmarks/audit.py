@@ -19,7 +19,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -31,6 +30,7 @@ from benchmarks.kafka import own_broker, preload, publish
 from benchmarks.trace import CONFIG, generate
 from streams import settings as settings_mod
 from streams.tools import localkafka
+from streams.tools.launch import command
 from streams.topics import create_topics
 from streams.worker.producer import OutRecord
 
@@ -113,18 +113,7 @@ def main() -> None:
         src, cfg, out = tmp / "events.jsonl", tmp / "config.json", tmp / "decisions.jsonl"
         src.write_bytes(b"\n".join(lines) + b"\n")
         cfg.write_text(json.dumps(CONFIG))
-        replay_cmd = [
-            sys.executable,
-            "-m",
-            "streams.cli",
-            "replay",
-            "--config",
-            str(cfg),
-            "--input",
-            str(src),
-            "--output",
-            str(out),
-        ]
+        replay_cmd = command("replay", "--config", str(cfg), "--input", str(src), "--output", str(out))
         replays = [timed(replay_cmd, subprocess.DEVNULL)]
         decisions = out.read_bytes().splitlines()
         bootstrap, broker = own_broker(args.bootstrap, tmp, heap="768m")
@@ -137,10 +126,7 @@ def main() -> None:
             load_s = time.perf_counter() - t0
             del lines
             summary_path = tmp / "summary.json"
-            audit_cmd = [
-                sys.executable,
-                "-m",
-                "streams.cli",
+            audit_cmd = command(
                 "audit",
                 "--bootstrap",
                 bootstrap,
@@ -151,7 +137,7 @@ def main() -> None:
                 "--grace",
                 "5s",
                 "--json",
-            ]
+            )
             audits = []
             # Rounds in the order replay, audit, audit, replay, ...: a busy spell of the
             # machine falls on both alike; each command's best round is kept.

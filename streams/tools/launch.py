@@ -27,6 +27,11 @@ READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
 
 
+def command(*args: str) -> list[str]:
+    """The argv of `loopwarden ARGS...` run by this interpreter from this checkout."""
+    return [sys.executable, "-m", "streams.cli", *args]
+
+
 def health(port: int, timeout: float = 1.0) -> dict | None:
     """What the worker's /health answers (the body of a 200 and of a 503 alike), or None
     when nothing answers."""
@@ -79,7 +84,7 @@ class Worker:
         self.stop_timeout = stop_timeout
         self.log = Path(log)
         self.cwd = cwd
-        self.cmd = [sys.executable, "-m", "streams.cli", "worker", *args, "--web-port", str(self.port)]
+        self.cmd = command("worker", *args, "--web-port", str(self.port))
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from streams import settings as settings_mod
-from streams.tools.launch import Worker
+from streams.tools.launch import Worker, command
 from streams.tools.localkafka import free_port
 from streams.topics import create_topics
 
@@ -149,18 +148,7 @@ def decisions_by_partition(msgs) -> dict[int, list[dict]]:
 def audit(bootstrap: str, prefix: str, *args: str) -> tuple[int, dict]:
     """`loopwarden audit --json` on the test topics: (exit code, summary); 0 or 2 only."""
     p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "streams.cli",
-            "audit",
-            "--bootstrap",
-            bootstrap,
-            "--topic-prefix",
-            prefix,
-            "--json",
-            *args,
-        ],
+        command("audit", "--bootstrap", bootstrap, "--topic-prefix", prefix, "--json", *args),
         cwd=ROOT,
         capture_output=True,
         text=True,
