@@ -20,9 +20,10 @@ from aiokafka import AIOKafkaProducer
 from benchmarks.echo_responder import PAD
 
 
-def main() -> None:
-    bootstrap, src, dst, app_id = sys.argv[1:5]
-    app = faust.App(
+def bare_app(bootstrap: str, app_id: str) -> faust.App:
+    """A Faust app with nothing but its consumer: no web server, no store on disk (the
+    benchmarks' do-nothing agents)."""
+    return faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
         store="memory://",
@@ -31,6 +32,11 @@ def main() -> None:
         consumer_auto_offset_reset="earliest",
         datadir=f"/tmp/{app_id}",
     )
+
+
+def main() -> None:
+    bootstrap, src, dst, app_id = sys.argv[1:5]
+    app = bare_app(bootstrap, app_id)
     topic = app.topic(src, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
     state: dict = {}
 

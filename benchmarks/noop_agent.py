@@ -18,18 +18,12 @@ import time
 
 import faust
 
+from benchmarks.faust_echo import bare_app
+
 
 def main() -> None:
     bootstrap, topic, n, app_id = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    app = faust.App(
-        app_id,
-        broker=f"kafka://{bootstrap}",
-        store="memory://",
-        autodiscover=False,
-        web_enabled=False,
-        consumer_auto_offset_reset="earliest",
-        datadir=f"/tmp/{app_id}",
-    )
+    app = bare_app(bootstrap, app_id)
     src = app.topic(topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
     seen = {"n": 0, "t10": None}
 
