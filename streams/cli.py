@@ -215,6 +215,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return main_simulate(_settings(args), args)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return n
+
+
 def _worker_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("kafka (each also LOOPWARDEN_<NAME>, e.g. LOOPWARDEN_BOOTSTRAP)")
     g.add_argument("--bootstrap", help="broker host:port (default 127.0.0.1:9092)")
@@ -377,6 +387,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     au.add_argument(
         "--max-event-bytes", type=int, help="larger events are set aside, as the workers do (default 1 MiB)"
+    )
+    au.add_argument(
+        "--jobs",
+        type=_positive_int,
+        metavar="N",
+        help="processes to audit in, each some of the events topic's partitions and the recorded decisions "
+        "of their runs (default: one per core for 200,000 events or more, else 1; at most one per "
+        "partition). Shards pair decisions with runs by Kafka's default partitioner, as gateways key "
+        "events; runs found elsewhere make the audit start again in one process",
     )
     au.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
     au.add_argument(

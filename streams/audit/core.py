@@ -147,7 +147,12 @@ class Audit:
         timelines: bool = False,
         max_report_runs: int = 300,
         timeline_len: int = 200,
+        owns: Callable[[str], bool] | None = None,
     ) -> None:
+        """`owns`: this audit is one shard of several (`--jobs`), folding some of the
+        events topic's partitions; it keeps only the recorded decisions of runs whose
+        run_id it owns (those Kafka's default partitioner puts on its partitions), and
+        counts unreadable decisions only when it is the first shard (`count_unreadable`)."""
         self.configs = configs
         self.from_ms = from_ms
         self.to_ms = to_ms
@@ -162,6 +167,9 @@ class Audit:
         self.timelines = timelines
         self.max_report_runs = max_report_runs
         self.timeline_len = timeline_len
+        self.owns = owns
+        self.count_unreadable = True
+        self.misrouted = 0  # runs whose events lie on a partition their run_id does not hash to
         # State: the fold's, per run; the what-if fold's; recorded decisions waiting.
         self.states: dict[str, RunState] = {}
         self.what_if_states: dict[str, RunState] = {}
@@ -201,10 +209,13 @@ class Audit:
         try:
             d = decode_decision(m.value)
         except Exception:
-            self.c["unreadable_decisions"] += 1
+            if self.count_unreadable:
+                self.c["unreadable_decisions"] += 1
             return
         if self.only_runs and d.run_id not in self.only_runs:
             return
+        if self.owns is not None and not self.owns(d.run_id):
+            return  # another shard's run
         eid = d.event_id
         first = self.pending.get(eid)
         if first is None:
@@ -349,6 +360,8 @@ class Audit:
                 or (self.scan_start_ms is not None and m.timestamp - self.scan_start_ms > cfg.idle_timeout_ms)
             )
             run = self.open[run_id] = _Run(ts, not started, ev.gateway_id, ev.agent_id)
+            if self.owns is not None and not self.owns(run_id):
+                self.misrouted += 1  # its decisions went to another shard
             if self.timelines:
                 run.timeline = deque(maxlen=self.timeline_len)
         mt = m.timestamp
@@ -504,6 +517,43 @@ class Audit:
             line["what_if"] = _verdict(what_if)
             line["changes"] = changes
         self.diff(line)
+
+    # -- shards -------------------------------------------------------------------------
+
+    def tally(self) -> dict[str, Any]:
+        """What `summary()` and `report()` need of a finished shard (no run state): small,
+        and picklable, for the parent process to `absorb`."""
+        return {
+            "c": self.c,
+            "events_in_range": self.events_in_range,
+            "combos": self.combos,
+            "by_detector": self.by_detector,
+            "per_minute": self.per_minute,
+            "what_if_counts": self.what_if_counts,
+            "what_if_by_detector": self.what_if_by_detector,
+            "run_ids": self.run_ids,
+            "partial_ids": self.partial_ids,
+            "report_runs": self.report_runs,
+            "unknown_configs": self.unknown_configs,
+            "misrouted": self.misrouted,
+        }
+
+    def absorb(self, t: dict[str, Any]) -> None:
+        """Add a shard's tally to this audit's counts (shards own disjoint runs, so
+        nothing is counted twice)."""
+        for name in ("c", "by_detector", "what_if_counts", "what_if_by_detector", "unknown_configs"):
+            getattr(self, name).update(t[name])
+        self.events_in_range += t["events_in_range"]
+        self.misrouted += t["misrouted"]
+        combos = self.combos
+        for k, n in t["combos"].items():
+            combos[k] = combos.get(k, 0) + n
+        for minute, counts in t["per_minute"].items():
+            self.per_minute.setdefault(minute, Counter()).update(counts)
+        self.run_ids |= t["run_ids"]
+        self.partial_ids |= t["partial_ids"]
+        room = self.max_report_runs - len(self.report_runs)
+        self.report_runs.extend(t["report_runs"][: max(0, room)])
 
     # -- the end --------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ an offline replay under it changes."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -62,11 +63,14 @@ def recorded(bootstrap, tmp_path_factory):
     yield s, evs, want, cfg
 
 
-def test_a_recorded_fleet_audits_with_zero_mismatches(bootstrap, recorded, tmp_path):
+@pytest.mark.parametrize("jobs", ["1", "3"])
+def test_a_recorded_fleet_audits_with_zero_mismatches(bootstrap, recorded, tmp_path, jobs):
     s, evs, want, cfg = recorded
     html = tmp_path / "report.html"
     diff = tmp_path / "diff.jsonl"
-    code, out = audit(bootstrap, s.topic_prefix, "--worker-config", str(cfg), "--diff", str(diff), "--html", str(html))
+    code, out = audit(
+        bootstrap, s.topic_prefix, "--worker-config", str(cfg), "--diff", str(diff), "--html", str(html), "--jobs", jobs
+    )
     assert code == 0, out
     assert out["events"] == len(evs)
     assert out["decisions_recorded"] == out["decisions_replayed"] == out["matched"] == len(want)
@@ -114,10 +118,11 @@ def test_a_what_if_config_reports_what_an_offline_replay_under_it_changes(bootst
     assert w["config_hash"] == DetectionConfig(LOWER).for_agent(None).config_hash
 
 
-def test_conflicting_and_unexpected_decisions_are_named(bootstrap, recorded, tmp_path):
+@pytest.fixture(scope="module")
+def faulty(bootstrap, recorded):
+    """The recorded fleet copied into fresh topics, with a second verdict for one event
+    and a decision for an event that never was."""
     s, evs, want, cfg = recorded
-    # Copy the topics' story into fresh topics, then add a second verdict for one event
-    # and a decision for an event that never was.
     prefix = new_prefix()
     t = setup_topics(bootstrap, prefix)
     produce(bootstrap, t.events_topic, event_records(evs))
@@ -133,8 +138,15 @@ def test_conflicting_and_unexpected_decisions_are_named(bootstrap, recorded, tmp
             (ghost["gateway_id"].encode(), json.dumps(ghost).encode()),
         ],
     )
+    return prefix, victim
+
+
+@pytest.mark.parametrize("jobs", ["1", "3"])
+def test_conflicting_and_unexpected_decisions_are_named(bootstrap, recorded, faulty, tmp_path, jobs):
+    s, evs, want, cfg = recorded
+    prefix, victim = faulty
     diff = tmp_path / "diff.jsonl"
-    code, out = audit(bootstrap, prefix, "--worker-config", str(cfg), "--diff", str(diff))
+    code, out = audit(bootstrap, prefix, "--worker-config", str(cfg), "--diff", str(diff), "--jobs", jobs)
     assert code == 2
     assert (out["conflicting"], out["unexpected"], out["mismatched"], out["missing"]) == (1, 1, 0, 0)
     assert out["matched"] == len(want) - 1
@@ -142,6 +154,68 @@ def test_conflicting_and_unexpected_decisions_are_named(bootstrap, recorded, tmp
     assert sorted((x["kind"], x["event_id"]) for x in lines) == sorted(
         [("conflicting", victim["event_id"]), ("unexpected", "ghost-run:5")]
     )
+
+
+def test_shards_give_the_summary_and_report_of_one_process(bootstrap, recorded, faulty, tmp_path):
+    s, evs, want, cfg = recorded
+    prefix, _ = faulty
+    lower = tmp_path / "lower.json"
+    lower.write_text(json.dumps(LOWER))
+    runs = {}
+    for jobs in ("1", "2", "8"):
+        html = tmp_path / f"report-{jobs}.html"
+        diff = tmp_path / f"diff-{jobs}.jsonl"
+        code, out = audit(
+            bootstrap,
+            prefix,
+            "--worker-config",
+            str(cfg),
+            "--config",
+            str(lower),
+            "--diff",
+            str(diff),
+            "--html",
+            str(html),
+            "--jobs",
+            jobs,
+        )
+        assert code == 2
+        for timing in ("seconds", "events_per_s"):
+            out.pop(timing)
+        # Each flagged run's timeline, as the page shows it (shards list runs in another order).
+        timelines = re.findall(r'<details class="run".*?</details>', html.read_text(), re.S)
+        timelines = sorted(t.replace(" open><summary>", "><summary>") for t in timelines)
+        runs[jobs] = (out, sorted(diff.read_text().splitlines()), timelines)
+    assert runs["1"][0]["what_if"]["newly_warned"] > 0 and len(runs["1"][1]) > 2 and len(runs["1"][2]) > 2
+    assert runs["1"] == runs["2"] == runs["8"]
+
+
+def test_a_run_keyed_off_its_partition_makes_a_sharded_audit_start_again_in_one_process(bootstrap, tmp_path):
+    import subprocess
+
+    from streams.partitioner import partition_for
+    from streams.tools.launch import command
+
+    evs = events(300, seed=5)
+    prefix = new_prefix()
+    t = setup_topics(bootstrap, prefix)
+    moved = evs[0]["run_id"]
+    elsewhere = (partition_for(moved.encode(), t.partitions) + 1) % t.partitions
+    topic = t.events_topic
+    records = [(topic, e["run_id"].encode(), json.dumps(e).encode(), None) for e in evs]
+    _produce_at(bootstrap, [(*r, elsewhere) if r[1] == moved.encode() else r for r in records])
+    want = offline(evs, {})
+    produce(bootstrap, t.decisions_topic, [(d["gateway_id"].encode(), json.dumps(d).encode()) for d in want])
+    p = subprocess.run(
+        command("audit", "--bootstrap", bootstrap, "--topic-prefix", prefix, "--json", "--jobs", "2"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "auditing again in one process" in p.stderr
+    out = json.loads(p.stdout)
+    assert out["matched"] == len(want) and out["missing"] == out["unexpected"] == 0
 
 
 def test_events_whose_decisions_never_reached_the_topic_are_missing(bootstrap):
@@ -155,8 +229,9 @@ def test_events_whose_decisions_never_reached_the_topic_are_missing(bootstrap):
     assert out["missing"] == out["decisions_replayed"] == len(want) and out["decisions_recorded"] == 0
 
 
-def _produce_at(bootstrap: str, records: list[tuple[str, bytes, bytes, int]]) -> None:
-    """(topic, key, value, timestamp ms) records, each with its own timestamp."""
+def _produce_at(bootstrap: str, records: list[tuple]) -> None:
+    """(topic, key, value, timestamp ms[, partition]) records, each with its own
+    timestamp (None: now) and partition (None or absent: the key's)."""
     import asyncio
 
     from aiokafka import AIOKafkaProducer
@@ -165,8 +240,8 @@ def _produce_at(bootstrap: str, records: list[tuple[str, bytes, bytes, int]]) ->
         p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
         await p.start()
         try:
-            for topic, key, value, ts in records:
-                await p.send_and_wait(topic, value, key=key, timestamp_ms=ts)
+            for topic, key, value, ts, *part in records:
+                await p.send_and_wait(topic, value, key=key, timestamp_ms=ts, partition=part[0] if part else None)
         finally:
             await p.stop()
 

@@ -130,3 +130,62 @@ def test_a_run_first_seen_less_than_an_idle_timeout_after_the_scan_start_is_part
     a.finish()
     s = a.summary(1.0)
     assert s["partial_runs"] == 1 and s["matched"] == 0  # its earlier events may lie before the scan
+
+
+def _fleet():
+    """Four runs with a mix of verdicts, and their decisions with one of each fault: a
+    mismatch (another action), an unexpected decision, a missing one, a conflict."""
+    evs = [e for i, run in enumerate(("ra", "rb", "rc", "rd")) for e in run_events(run, 6 + i, 1_000_000 + i)]
+    evs.sort(key=lambda e: e["ts"])
+    ds = decided(evs)
+    blocked = next(d for d in ds if d["run_id"] == "rb" and d["action"] == "block")
+    ds.append({**blocked, "action": "allow"})  # a conflict
+    ds[0] = {**ds[0], "action": "warn"}  # a mismatch
+    ds.pop(3)  # a missing decision
+    ds.append({**ds[1], "event_id": "rc:999", "seq": 999})  # an unexpected one
+    return evs, ds
+
+
+def _sharded(evs, ds, owned):
+    """One shard: every decision offered, only the owned runs' events folded (as a
+    shard reads only its partitions)."""
+    a = audit(owns=lambda run_id: run_id in owned, timelines=True)
+    for m in msgs(ds, "gateway_id"):
+        a.recorded(m)
+    a.events(msgs([e for e in evs if e["run_id"] in owned], "run_id"))
+    a.finish()
+    return a
+
+
+def test_shards_that_own_disjoint_runs_add_up_to_the_whole_audit():
+    evs, ds = _fleet()
+    whole = audit(timelines=True)
+    for m in msgs(ds, "gateway_id"):
+        whole.recorded(m)
+    whole.events(msgs(evs, "run_id"))
+    whole.finish()
+    merged = audit(timelines=True)
+    for owned in ({"ra", "rc"}, {"rb"}, {"rd"}):
+        shard = _sharded(evs, ds, owned)
+        assert shard.misrouted == 0
+        merged.absorb(shard.tally())
+    want, got = whole.summary(1.0), merged.summary(1.0)
+    assert want == got
+    assert want["mismatched"] == want["missing"] == want["unexpected"] == want["conflicting"] == 1
+    assert want["runs"] == 4 and want["matched"] > 0
+    report_want, report_got = whole.report(1.0, {}), merged.report(1.0, {})
+    assert sorted(r["run_id"] for r in report_got["runs"]) == sorted(r["run_id"] for r in report_want["runs"])
+    assert report_got["per_minute"] == report_want["per_minute"]
+    assert report_got["by_agent"] == report_want["by_agent"] and report_got["by_tool"] == report_want["by_tool"]
+    assert merged.clean() is whole.clean() is False
+
+
+def test_a_shard_counts_runs_whose_events_are_on_its_partitions_but_not_its_own():
+    evs, ds = _fleet()
+    a = audit(owns=lambda run_id: run_id != "rb")
+    for m in msgs(ds, "gateway_id"):
+        a.recorded(m)
+    a.events(msgs(evs, "run_id"))  # rb's events too: they were not where its run_id hashes to
+    a.finish()
+    assert a.misrouted == 1
+    assert a.summary(1.0)["missing"] > 1  # rb's decisions were left to another shard
