@@ -6,10 +6,12 @@ Generates a fleet's events (benchmarks/trace.py), decides them offline with the 
 command (timed: the file replay's speed), publishes the events (keyed by run) and those
 decisions (keyed by gateway, as a worker records them) to fresh topics in chunks, so a
 decision follows its event by well under a second, then times the audit command over
-the topics. Both commands run as child processes, start-up included; peak memory is
-each child's maximum resident set; the rounds interleave, and each command's best is
-kept. Prints one JSON object; the goal is an audit at
-least 0.7 times the file replay's speed.
+the topics, once as `loopwarden audit` chooses (one shard per core at this size) and
+once with `--jobs 1`. Every command runs as a child process, start-up included; its
+peak memory is the sum of the peak resident sets of its processes, its CPU time that of
+all of them (`cores_used` = CPU seconds / wall seconds); the rounds interleave, and each
+command's best is kept. The broker runs on the same machine and competes for its cores.
+Prints one JSON object; the goal is an audit at least 0.7 times the file replay's speed.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -50,24 +54,64 @@ def _hwm_mib(pid: int) -> float | None:
     return None
 
 
-def timed(cmd: list[str], stdout) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS in MiB, exit code) of a child process. The peak is read
-    from /proc while it runs (a fork's rusage would count the parent's pages)."""
+def _pss_mib(pid: int) -> float:
+    """The process's proportional set size now: its own pages, and its share of the
+    pages it shares (a forked shard shares the parent's imports)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+class Timed(NamedTuple):
+    wall: float  # seconds
+    peak_mib: float  # the peak of the processes' summed proportional set sizes, sampled
+    peak_rss_sum_mib: float  # the sum of each process's own peak resident set (an upper bound)
+    cpu: float  # user + system seconds of the command and its children
+    processes: int
+    code: int
+
+
+def timed(cmd: list[str], stdout) -> Timed:
+    """Wall time, peak memory and CPU time of a child process and the processes it
+    starts (an audit in several shards). Memory is read from /proc while it runs (a
+    fork's rusage would count the parent's pages): the total proportional set size
+    every 50 ms (pages shared by the shards counted once), and each process's peak
+    resident set, whose sum bounds the whole's peak from above."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as errors:  # a pipe nobody reads could fill up
         p = subprocess.Popen(cmd, cwd=ROOT, stdout=stdout, stderr=errors)
+        peaks: dict[int, float] = {}
         peak = 0.0
         while p.poll() is None:
-            hwm = _hwm_mib(p.pid)
-            if hwm is not None:
-                peak = max(peak, hwm)
+            pids = [p.pid, *_children(p.pid)]
+            peak = max(peak, sum(_pss_mib(pid) for pid in pids))
+            for pid in pids:
+                hwm = _hwm_mib(pid)
+                if hwm is not None:
+                    peaks[pid] = max(peaks.get(pid, 0.0), hwm)
             time.sleep(0.05)
         wall = time.perf_counter() - t0
         errors.seek(0)
         err = errors.read().decode(errors="replace")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode not in (0, 2):
         raise SystemExit(f"{cmd[3]} failed ({p.returncode}): {err[-2000:]}")
-    return wall, peak, p.returncode
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Timed(wall, peak, sum(peaks.values()), cpu, len(peaks), p.returncode)
 
 
 class _Ids(msgspec.Struct):
@@ -138,25 +182,49 @@ def main() -> None:
                 "5s",
                 "--json",
             )
-            audits = []
-            # Rounds in the order replay, audit, audit, replay, ...: a busy spell of the
-            # machine falls on both alike; each command's best round is kept.
+            one = [*audit_cmd, "--jobs", "1"]
+            runs: dict[str, list[Timed]] = {"replay": replays, "audit": [], "audit_one_process": []}
+            # Rounds in rotating order (replay, audit, audit in one process; then audit,
+            # ...): a busy spell of the machine falls on all alike; each one's best round
+            # is kept.
+            summaries: dict[str, dict] = {}
+            order = [("audit", audit_cmd), ("audit_one_process", one), ("replay", replay_cmd)]
             for r in range(args.rounds):
-                if r % 2 == 0:
-                    with open(summary_path, "wb") as f:
-                        audits.append(timed(audit_cmd, f))
-                    replays.append(timed(replay_cmd, subprocess.DEVNULL))
-                else:
-                    replays.append(timed(replay_cmd, subprocess.DEVNULL))
-                    with open(summary_path, "wb") as f:
-                        audits.append(timed(audit_cmd, f))
-            summary = json.loads(summary_path.read_text())
+                for name, cmd in order[r % 3 :] + order[: r % 3]:
+                    if name == "replay":
+                        runs[name].append(timed(cmd, subprocess.DEVNULL))
+                    else:
+                        with open(summary_path, "wb") as f:
+                            runs[name].append(timed(cmd, f))
+                        summaries[name] = json.loads(summary_path.read_text())
+                        assert summaries[name]["matched"] == len(decisions), summaries[name]
         finally:
             if broker is not None:
                 localkafka.stop(broker)
     n = args.events
-    replay_s, replay_rss, _ = min(replays)
-    audit_s, audit_rss, code = min(audits)
+
+    def best(name: str) -> dict:
+        got = runs[name]
+        b = min(got)
+        return {
+            "seconds": round(b.wall, 2),
+            "events_per_s": round(n / b.wall),
+            "peak_mib": round(b.peak_mib),
+            "peak_rss_sum_mib": round(b.peak_rss_sum_mib),
+            "processes": b.processes,
+            "cpu_seconds": round(b.cpu, 2),
+            "cores_used": round(b.cpu / b.wall, 2),
+            "rounds_s": [round(x.wall, 2) for x in got],
+        }
+
+    audit = best("audit")
+    summary = summaries["audit"]
+    audit.update(
+        exit=min(runs["audit"]).code,
+        inner_events_per_s=summary["events_per_s"],
+        **{k: summary[k] for k in ("matched", "mismatched", "missing", "unexpected", "conflicting")},
+    )
+    replay, one = best("replay"), best("audit_one_process")
     print(
         json.dumps(
             {
@@ -164,26 +232,12 @@ def main() -> None:
                 "events": n,
                 "decisions": len(decisions),
                 "load_seconds": round(load_s, 1),
-                "replay": {
-                    "seconds": round(replay_s, 2),
-                    "events_per_s": round(n / replay_s),
-                    "peak_rss_mib": round(replay_rss),
-                    "rounds_s": [round(x[0], 2) for x in replays],
-                },
-                "audit": {
-                    "seconds": round(audit_s, 2),
-                    "events_per_s": round(n / audit_s),
-                    "peak_rss_mib": round(audit_rss),
-                    "rounds_s": [round(x[0], 2) for x in audits],
-                    "exit": code,
-                    "inner_events_per_s": summary["events_per_s"],
-                    "matched": summary["matched"],
-                    "mismatched": summary["mismatched"],
-                    "missing": summary["missing"],
-                    "unexpected": summary["unexpected"],
-                    "conflicting": summary["conflicting"],
-                },
-                "audit_vs_replay": round(replay_s / audit_s, 3),
+                "cpu_count": os.cpu_count(),
+                "replay": replay,
+                "audit": audit,
+                "audit_one_process": one,
+                "audit_vs_replay": round(replay["seconds"] / audit["seconds"], 3),
+                "audit_one_process_vs_replay": round(replay["seconds"] / one["seconds"], 3),
                 "goal": 0.7,
                 "load_average": os.getloadavg(),
             },
