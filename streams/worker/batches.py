@@ -281,6 +281,7 @@ class BatchLoop(Service):
                     ids.append((d.event_id, msg.offset, msg.partition))
                 k = (d.action, d.detector or "none")
                 counts[k] = counts.get(k, 0) + 1
+        runs.folded({m.partition: m.offset for m in msgs})
         if t is not None:
             t["f1"] = t["w0"] = time.time()
         if self._sent:

@@ -20,6 +20,12 @@ duties, for speed:
   last events judges them on that state, as the first time; a later event of the run
   id starts a new run. A tombstone written at once would make the replayed events
   start a new run, with other decisions.
+  The ended record also stays in the store until that tombstone, so the same worker,
+  handed the run's last events again (Faust seeks a partition back to its committed
+  offset after a recovery or a rebalance, and may deliver records it had prefetched
+  first), answers them as the first time too. An ended record read back from the
+  changelog (its writer stopped before the tombstone) gets its tombstone once this
+  worker has folded past its run_end (`evict_idle`).
 - **Idle runs** (semantics.md section 7): `evict_idle` drops the runs idle in event
   time for more than twice the config's idle timeout, with a tombstone (no decision
   changes: the run's next event would start it over anyway).
@@ -102,6 +108,7 @@ class RunStore:
         self._staged: dict[bytes, tuple[int, RunState | bytes]] = {}
         self._tombstones: dict[bytes, tuple[float, int]] = {}  # run key -> (due from, partition)
         self.newest_ts: dict[int, int] = {}  # partition -> the newest event `ts` folded from it
+        self.newest_offset: dict[int, int] = {}  # partition -> the highest offset folded from it
         self.evicted = 0
 
     # -- the fold's side ------------------------------------------------------------
@@ -122,17 +129,33 @@ class RunStore:
         """A run's new state (None: it ended; `ended` = its state before the run_end and
         the run_end's offset) into the store at once, and into the next checkpoint."""
         store = self.data()
-        if state is None:
+        record = ended_record(*ended) if ended is not None else None
+        if record is not None:
+            # An ended run stays in the store as its ended record, the value the changelog
+            # gets, until its tombstone: the consumer may deliver this worker the run's
+            # last events again (Faust seeks back to the committed offset after a
+            # recovery or a rebalance), and they must be answered as the first time,
+            # exactly as a restarted worker would answer them.
+            store[key] = record
+        elif state is None:
             store.pop(key, None)
         else:
             store[key] = state
         self._tombstones.pop(key, None)  # a new run took the key: no tombstone
-        self._staged[key] = (partition, ended_record(*ended) if ended is not None else state)  # type: ignore[assignment]
+        self._staged[key] = (partition, record if record is not None else state)  # type: ignore[assignment]
 
     def saw(self, partition: int, ts: int) -> None:
         """The newest event time folded from a partition (idle eviction's clock)."""
         if ts > self.newest_ts.get(partition, ts - 1):
             self.newest_ts[partition] = ts
+
+    def folded(self, offsets: dict[int, int]) -> None:
+        """The last offset of each partition in a batch just folded (ended runs read back
+        from the changelog get their tombstones once the worker is past their run_end)."""
+        newest = self.newest_offset
+        for part, offset in offsets.items():
+            if offset > newest.get(part, -1):
+                newest[part] = offset
 
     # -- the flush's side -----------------------------------------------------------
 
@@ -150,6 +173,11 @@ class RunStore:
         staged, self._staged = self._staged, {}
         now = self.clock()
         due = [k for k, (t, _) in self._tombstones.items() if hurry or now - t >= self.tombstone_delay]
+        store = self.data()
+        for key in due:  # the run_end is surely committed: its ended record leaves the store too
+            value = store.get(key)
+            if isinstance(value, bytes) and value[:1] == ENDED:
+                del store[key]
         tombstones = [OutRecord(self.topic, key, None, None, self._tombstones.pop(key)[1]) for key in due]
         return Checkpoint(staged, tombstones)
 
@@ -200,6 +228,9 @@ class RunStore:
                 value = store.get(key)
                 if value is None or key in self._staged or key in self._tombstones:
                     continue  # touched since the snapshot, or already on its way out
+                if isinstance(value, bytes) and value[:1] == ENDED:
+                    self._recovered_end(key, value)
+                    continue
                 last, part = self._last_ts(key, value)
                 if last is None or part is None:
                     continue
@@ -210,6 +241,15 @@ class RunStore:
                     n += 1
         self.evicted += n
         return n
+
+    def _recovered_end(self, key: bytes, value: bytes) -> None:
+        """An ended record no tombstone is scheduled for: read back from the changelog,
+        written by a worker that stopped before its tombstone was due. Once this worker
+        has folded past the record's run_end, the record gets its tombstone
+        `tombstone_delay` from now, as one ended here: by then that offset is committed."""
+        part = self.partition_of(key)
+        if part is not None and self.newest_offset.get(part, -1) > int.from_bytes(value[1:9], "big", signed=True):
+            self._tombstones[key] = (self.clock(), part)
 
     def _last_ts(self, key: bytes, value: Any) -> tuple[int | None, int | None]:
         """(the run's last `ts`, its partition) for a stored value; an ended run is

@@ -108,6 +108,8 @@ def fold_into(runs: RunStore, events: list[dict], first_offset: int = 0, partiti
             ended = (f.before, f.position) if f.after is None and f.before is not None else None
             runs.stage(f.key, partition, f.after, ended)
         actions += [d.action for d in f.decisions]
+    if source:
+        runs.folded({partition: source[-1][0]})
     return actions
 
 
@@ -168,7 +170,8 @@ def test_an_ended_run_is_tombstoned_only_after_the_delay():
     async def main():
         runs, store, sink, clock = make(delay=6.0)
         fold_into(runs, loop("r1", 3) + [end("r1", 6)], first_offset=100)
-        assert b"r1" not in store  # ended: gone from the table at once
+        stored = store[b"r1"]  # ended: in the table as its ended record
+        assert read_stored(stored, 106) is not None and read_stored(stored, 107) is None
         recs = await flush(runs)
         assert len(recs) == 1 and recs[0].value[:1] == ENDED  # ... but stored as ended, with its run_end offset
         assert read_stored(recs[0].value, 106) is not None and read_stored(recs[0].value, 107) is None
@@ -177,6 +180,7 @@ def test_an_ended_run_is_tombstoned_only_after_the_delay():
         clock.now += 0.2
         assert runs.tombstones_due(False)
         assert [(r.key, r.value, r.partition) for r in await flush(runs)] == [(b"r1", None, 3)]
+        assert b"r1" not in store  # gone from the table with its tombstone
         assert not runs.tombstones_due(True)  # sent once
 
     asyncio.run(main())
@@ -253,5 +257,50 @@ def test_nothing_staged_and_no_tombstone_due_writes_nothing(hurry):
         runs, _, sink, _ = make()
         assert not runs.pending()
         assert await flush(runs, hurry) == [] and sink.records == []
+
+    asyncio.run(main())
+
+
+def test_events_delivered_again_to_the_same_worker_after_their_run_ended_are_answered_as_the_first_time():
+    # Faust seeks a partition back to its committed offset after a recovery or a
+    # rebalance, so the same worker can be handed a run's last events again, its run_end
+    # included, after it folded them; with no commit in between they are replayed on the
+    # worker's own store, not a recovered one.
+    async def main():
+        events = [call("r1", i) for i in range(8)] + [end("r1", 8)]
+        runs, store, _, _ = make(delay=6.0)
+        first = fold_into(runs, events)
+        await flush(runs)
+        assert "warn" in first
+        assert fold_into(runs, events[4:], first_offset=4) == first[4:]
+        assert fold_into(runs, [call("r1", 0, path="/b")], first_offset=9) == ["allow"]  # after the run_end: a new run
+        assert store[b"r1"].last_seq == 0
+
+    asyncio.run(main())
+
+
+def test_an_ended_run_read_back_from_the_changelog_is_tombstoned_once_the_worker_is_past_its_run_end():
+    # A worker stopped after writing an ended record and after its run_end was
+    # committed, but before the tombstone: its successor reads the record back and
+    # replays nothing of the run. Once it has folded past the run_end, the record gets
+    # its tombstone (else it would stay in the table and the changelog for good).
+    async def main():
+        first_runs, _, first_sink, _ = make()
+        fold_into(first_runs, [call("r1", i) for i in range(8)] + [end("r1", 8)], first_offset=100)
+        await flush(first_runs)
+        runs, store, sink, clock = make(first_sink.recovered(), delay=6.0)
+        assert store[b"r1"][:1] == ENDED
+        await runs.evict_idle()
+        assert not runs.tombstones_due(True)  # nothing folded here yet
+        runs.folded({3: 108, 4: 500})
+        await runs.evict_idle()
+        assert not runs.tombstones_due(True)  # at its run_end (offset 108), not past it
+        fold_into(runs, loop("r2", 1), first_offset=109)  # another run, on the same partition
+        await runs.evict_idle()
+        assert runs.tombstones_due(True) and not runs.tombstones_due(False)  # scheduled, not due yet
+        clock.now += 6.0
+        recs = await flush(runs)
+        assert sorted((r.key, r.value is None) for r in recs) == [(b"r1", True), (b"r2", False)]
+        assert b"r1" not in store and b"r2" in store
 
     asyncio.run(main())
