@@ -14,7 +14,18 @@ from .config import AgentConfig, DetectionConfig
 from .errors import StaleSeqError
 from .fingerprint import call_facts, call_key, result_facts
 from .rules import BY_NAME, COMPACTION_GUARD, CallScan, GuardScan, Verdict
-from .state import EMPTY, MAX_WARNING_KEYS, REMEMBERED_DECISIONS, Answer, GuardEntry, HistoryEntry, RunState
+from .state import (
+    EMPTY,
+    KEY_CHARS,
+    MAX_WARNING_KEYS,
+    REMEMBERED_DECISIONS,
+    Answer,
+    GuardEntry,
+    HistoryEntry,
+    RunState,
+    history_key,
+    keys_of,
+)
 from .wire import CompactionRetry, Decision, Event, RunEnd, ToolCall, ToolResult
 
 ABORT = COMPACTION_GUARD.name
@@ -66,10 +77,15 @@ def _remember(answers: tuple[Answer, ...], a: Answer) -> tuple[Answer, ...]:
     return answers + (a,)
 
 
-def _append(history: tuple[HistoryEntry, ...], entry: HistoryEntry, size: int) -> tuple[HistoryEntry, ...]:
-    if len(history) >= size:
-        return history[len(history) - size + 1 :] + (entry,)
-    return history + (entry,)
+def _append(
+    history: tuple[HistoryEntry, ...], keys: str, entry: HistoryEntry, size: int
+) -> tuple[tuple[HistoryEntry, ...], str]:
+    """The history with `entry` added, the oldest dropped past `size`, and its keys."""
+    n = len(history)
+    if n >= size:
+        drop = n - size + 1
+        return history[drop:] + (entry,), keys[drop * KEY_CHARS :] + history_key(entry.args_hash)
+    return history + (entry,), keys + history_key(entry.args_hash)
 
 
 def _answer_again(ev: ToolCall, a: Answer, config: DetectionConfig) -> Decision:
@@ -110,10 +126,16 @@ def _on_call(state: RunState, ev: ToolCall, cfg: AgentConfig, ts: int | None) ->
         a = Answer(ev.seq, "abort", "critical", ABORT)
         return replace(state, last_seq=ev.seq, last_ts=ts, answers=_remember(state.answers, a)), (d,)
     history = state.history
+    keys = state.history_keys
+    if len(keys) != KEY_CHARS * len(history):  # keys_of, inlined
+        keys = keys_of(state)
+    key = sig[-KEY_CHARS:]
+    if len(key) < KEY_CHARS:  # history_key, inlined
+        key = history_key(sig)
     v = None
     detectors = cfg.call_detectors
     if detectors:
-        scan = CallScan(history, tool, sig, poll)
+        scan = CallScan(history, tool, sig, poll, key not in keys)
         if not scan.seen:
             detectors = cfg.new_call_detectors
         for detector in detectors:
@@ -144,12 +166,19 @@ def _on_call(state: RunState, ev: ToolCall, cfg: AgentConfig, ts: int | None) ->
             cfg.config_hash,
         )
         entry = HistoryEntry(tool, sig, call_id)
+        n = len(history)
         size = cfg.history_size
-        history = history[len(history) - size + 1 :] + (entry,) if len(history) >= size else history + (entry,)
+        if n >= size:  # _append, inlined
+            drop = n - size + 1
+            history = history[drop:] + (entry,)
+            keys = keys[drop * KEY_CHARS :] + key
+        else:
+            history = history + (entry,)
+            keys = keys + key
         answers = state.answers
         a = Answer(seq, "allow", "none")
         answers = answers[-_KEEP_ANSWERS:] + (a,) if len(answers) >= REMEMBERED_DECISIONS else answers + (a,)
-        return replace(state, last_seq=seq, last_ts=ts, history=history, answers=answers), (d,)
+        return replace(state, last_seq=seq, last_ts=ts, history=history, history_keys=keys, answers=answers), (d,)
     name = v.detector.name
     warned = state.warned
     if v.level == "critical":
@@ -157,11 +186,17 @@ def _on_call(state: RunState, ev: ToolCall, cfg: AgentConfig, ts: int | None) ->
     else:
         action, warned = _warn(warned, v)
         level = "warning"
-        history = _append(history, HistoryEntry(tool, sig, ev.tool_call_id), cfg.history_size)
+        history, keys = _append(history, keys, HistoryEntry(tool, sig, ev.tool_call_id), cfg.history_size)
     d = _decision(ev, tool, sig, cfg, action, level, name, v.count, v.warning_key, v.paired_tool_name)
     a = Answer(ev.seq, action, level, name, v.count, v.warning_key, v.paired_tool_name)
     return replace(
-        state, last_seq=ev.seq, last_ts=ts, history=history, warned=warned, answers=_remember(state.answers, a)
+        state,
+        last_seq=ev.seq,
+        last_ts=ts,
+        history=history,
+        history_keys=keys,
+        warned=warned,
+        answers=_remember(state.answers, a),
     ), (d,)
 
 
@@ -176,6 +211,7 @@ def _on_result(
         return replace(state, last_seq=ev.seq, last_ts=ts), _NO_DECISIONS
     # Fill the newest entry of this call still waiting for its outcome, else append one.
     history = state.history
+    keys = state.history_keys  # a filled entry keeps its key
     want_id = ev.tool_call_id
     last = len(history) - 1
     for i in range(last, -1, -1):
@@ -193,10 +229,12 @@ def _on_result(
                 history = history[:i] + (filled,) + history[i + 1 :]
             break
     else:
-        history = _append(history, HistoryEntry(tool, sig, want_id, rh, unknown), cfg.history_size)
+        history, keys = _append(
+            history, keys_of(state), HistoryEntry(tool, sig, want_id, rh, unknown), cfg.history_size
+        )
     left = state.guard_left
     if left <= 0 or not cfg.result_detectors:
-        return replace(state, last_seq=ev.seq, last_ts=ts, history=history), _NO_DECISIONS
+        return replace(state, last_seq=ev.seq, last_ts=ts, history=history, history_keys=keys), _NO_DECISIONS
     entry = GuardEntry(tool, sig, rh)
     window = state.guard_window + (entry,)
     scan = GuardScan(window, entry, window.count(entry))
@@ -205,11 +243,24 @@ def _on_result(
         if v is not None:
             d = _decision(ev, tool, sig, cfg, "abort", "critical", v.detector.name, v.count)
             return replace(
-                state, last_seq=ev.seq, last_ts=ts, history=history, guard_left=0, guard_window=(), aborted=True
+                state,
+                last_seq=ev.seq,
+                last_ts=ts,
+                history=history,
+                history_keys=keys,
+                guard_left=0,
+                guard_window=(),
+                aborted=True,
             ), (d,)
     left -= 1
     return replace(
-        state, last_seq=ev.seq, last_ts=ts, history=history, guard_left=left, guard_window=window if left else ()
+        state,
+        last_seq=ev.seq,
+        last_ts=ts,
+        history=history,
+        history_keys=keys,
+        guard_left=left,
+        guard_window=window if left else (),
     ), _NO_DECISIONS
 
 

@@ -5,7 +5,7 @@ strings, numbers and tuples or dicts of those, so they can never be part of a cy
 and a worker holding many thousands of runs would otherwise have its full collections
 walk all of them.
 
-Everything here is bounded by the config: `history` by historySize, `warned` by
+Everything here is bounded by the config: `history` (and its keys) by historySize, `warned` by
 MAX_WARNING_KEYS, `answers` by REMEMBERED_DECISIONS, the guard window by windowSize.
 """
 
@@ -62,6 +62,27 @@ class RunState(Struct, frozen=True, kw_only=True, gc=False):
     aborted: bool = False
     answers: tuple[Answer, ...] = ()
     last_ts: int | None = None  # `ts` of the last applied event that had one (semantics.md section 7)
+    history_keys: str = ""
+    """`history_key` of each history entry, in order: a call whose key is not in it is
+    new to the history, which most calls are, so the detectors' scan of the history is
+    skipped for them (the entries lie all over memory; this is one short string). A
+    state without it (written before it was kept) has it rebuilt by `keys_of`."""
+
+
+KEY_CHARS = 4
+
+
+def history_key(args_hash: str) -> str:
+    """The last KEY_CHARS characters of an args_hash (a digest's last hex digits)."""
+    return args_hash[-KEY_CHARS:].rjust(KEY_CHARS, "\0")
+
+
+def keys_of(state: RunState) -> str:
+    """`state.history_keys`, rebuilt when it does not match the history."""
+    keys = state.history_keys
+    if len(keys) != KEY_CHARS * len(state.history):
+        keys = "".join([history_key(r.args_hash) for r in state.history])
+    return keys
 
 
 EMPTY = RunState()

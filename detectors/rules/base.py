@@ -37,7 +37,11 @@ class CallScan:
         "latest",
     )
 
-    def __init__(self, history: tuple[HistoryEntry, ...], tool: str, sig: str, known_poll: bool) -> None:
+    def __init__(
+        self, history: tuple[HistoryEntry, ...], tool: str, sig: str, known_poll: bool, new: bool = False
+    ) -> None:
+        """`new`: the caller knows the signature is nowhere in the history (from the
+        run's history keys), so the repeat scan is skipped."""
         self.history = history
         self.tool = tool
         self.sig = sig
@@ -53,6 +57,11 @@ class CallScan:
             streak += 1
         self.unknown_streak = streak
         self.missing = missing
+        if new:
+            self.seen = False
+            self.repeats = self.no_progress = 0
+            self.latest = None
+            return
         # Repeat count and no-progress streak over the entries of this exact call.
         seen = False
         repeats = 0
