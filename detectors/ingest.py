@@ -1,8 +1,8 @@
 """The one ingest path: admitting a message, folding it, and the loop over a source.
 
 The worker (a Kafka batch), `loopwarden replay` (a file) and the topic audit all fold
-their messages through `fold`, which admits each one (`admit`) and folds it (`step`),
-so a message is refused for the same reason, or decided the same way, wherever it is
+their messages through `fold`, which admits each one (`admit`) and folds it (`apply`,
+then its decisions encoded), so a message is refused for the same reason, or decided the same way, wherever it is
 read. Nothing here raises anything but an EventError for bad input, whatever the bytes.
 """
 
@@ -62,22 +62,6 @@ def admit(value: bytes | None, key: bytes | None, max_event_bytes: int, keyed: b
         if key != ev.run_id.encode():
             raise KeyMismatch(f"message key {key[:200]!r} is not the event's run_id {ev.run_id[:200]!r}")
     return ev
-
-
-def step(
-    state: RunState | None, ev: Event, config: DetectionConfig
-) -> tuple[RunState | None, tuple[Decision, ...], list[bytes]]:
-    """`apply`, and each decision encoded for the wire: (new state, decisions, their JSON).
-
-    A decision that cannot be encoded fails its event here, before the caller stores
-    the new state, so the run's state stays as it was."""
-    try:
-        new, decisions = apply(state, ev, config)
-        return new, decisions, list(map(_encode, decisions))
-    except EventError:
-        raise
-    except Exception as exc:
-        raise InternalError(f"{type(exc).__name__}: {exc}") from None
 
 
 class Folded(Struct, frozen=True, gc=False):
@@ -144,7 +128,16 @@ def fold(
             before = get(run, _UNSEEN)
             if before is _UNSEEN:
                 before = load(run, position) if load is not None else None
-            after, decisions, encoded = step(before, ev, config if config_for is None else config_for(ev))
+            cfg = config if config_for is None else config_for(ev)
+            # Folding it: apply, and each decision encoded for the wire. A decision that
+            # cannot be encoded fails its event here, before its run's state moves on.
+            try:
+                after, decisions = apply(before, ev, cfg)
+                encoded = list(map(_encode, decisions)) if decisions else []
+            except EventError:
+                raise
+            except Exception as exc:
+                raise InternalError(f"{type(exc).__name__}: {exc}") from None
         except EventError as exc:
             yield SetAside(position, key, value if not isinstance(value, _Event) else None, exc)
             continue
