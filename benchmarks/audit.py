@@ -42,29 +42,27 @@ ROOT = Path(__file__).resolve().parents[1]
 CHUNK = 20_000
 
 
-def _hwm_mib(pid: int) -> float | None:
-    """The process's peak resident set so far (VmHWM), in MiB."""
+def _proc_mib(path: str, field: str) -> float | None:
+    """A `field:` line of a /proc file, in MiB (None: the process is gone)."""
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field):
                     return int(line.split()[1]) / 1024
     except OSError:
         return None
     return None
 
 
+def _hwm_mib(pid: int) -> float | None:
+    """The process's peak resident set so far (VmHWM)."""
+    return _proc_mib(f"/proc/{pid}/status", "VmHWM:")
+
+
 def _pss_mib(pid: int) -> float:
     """The process's proportional set size now: its own pages, and its share of the
     pages it shares (a forked shard shares the parent's imports)."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+    return _proc_mib(f"/proc/{pid}/smaps_rollup", "Pss:") or 0.0
 
 
 def _children(pid: int) -> list[int]:
