@@ -16,14 +16,29 @@ class Progress:
             return
         try:
             from rich import progress as p
+            from rich.console import Console
+            from rich.text import Text
         except ModuleNotFoundError:
             return
+
+        class Rate(p.ProgressColumn):
+            """Items per second; blank until rich has two samples (its speed is None)."""
+
+            def render(self, task: Any) -> Text:
+                speed = task.speed
+                shown = f"{speed:>8.0f}" if speed is not None else " " * 8
+                return Text(f"{shown} {unit}/s", style="progress.data.speed")
+
         if unit == "bytes":
             columns: tuple[Any, ...] = (p.BarColumn(), p.DownloadColumn())
         else:
-            columns = (p.BarColumn(), p.MofNCompleteColumn(), "[progress.data.speed]{task.speed:>8.0f} " + unit + "/s")
+            columns = (p.BarColumn(), p.MofNCompleteColumn(), Rate())
         self._bar = p.Progress(
-            "[progress.description]{task.description}", *columns, p.TimeRemainingColumn(), transient=True
+            "[progress.description]{task.description}",
+            *columns,
+            p.TimeRemainingColumn(),
+            console=Console(file=sys.stderr),  # stdout may carry the output (--json)
+            transient=True,
         )
         self._bar.start()
         self._task = self._bar.add_task(what, total=total)

@@ -299,3 +299,16 @@ def test_a_run_under_way_at_from_is_replayed_from_its_start_or_reported_partial(
     # One that does not (-1 h - 30 min): the run is partial, its decisions not compared.
     code, out = audit(bootstrap, prefix, "--from", "-1h", "--lookback", "30m", "--worker-config", str(cfg))
     assert code == 0 and out["partial_runs"] == 1 and out["matched"] == 0
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_an_audit_on_a_terminal_shows_its_bar_on_stderr_and_its_summary_on_stdout(bootstrap, recorded, jobs):
+    from streams.tools.launch import command
+    from tests.unit.test_progress import on_a_terminal
+
+    s, evs, want, cfg = recorded
+    cmd = command("audit", "--bootstrap", bootstrap, "--topic-prefix", s.topic_prefix, "--json", "--jobs", jobs)
+    code, out, shown = on_a_terminal([*cmd, "--worker-config", str(cfg)], timeout=120)
+    assert code == 0, shown
+    assert json.loads(out)["matched"] == len(want)
+    assert "auditing" in shown and "Traceback" not in shown
