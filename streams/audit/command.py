@@ -156,8 +156,8 @@ async def audit_partitions(
             diff=(lambda line: diff_file.write(json.dumps(line, ensure_ascii=False) + "\n")) if diff_file else None,
             timelines=bool(args.html),
             owns=owns,
+            count_unreadable=first,
         )
-        a.count_unreadable = first
         while not events.finished:
             chunk = await events.chunk()
             if not chunk:

@@ -148,6 +148,7 @@ class Audit:
         max_report_runs: int = 300,
         timeline_len: int = 200,
         owns: Callable[[str], bool] | None = None,
+        count_unreadable: bool = True,
     ) -> None:
         """`owns`: this audit is one shard of several (`--jobs`), folding some of the
         events topic's partitions; it keeps only the recorded decisions of runs whose
@@ -168,7 +169,7 @@ class Audit:
         self.max_report_runs = max_report_runs
         self.timeline_len = timeline_len
         self.owns = owns
-        self.count_unreadable = True
+        self.count_unreadable = count_unreadable
         self.misrouted = 0  # runs whose events lie on a partition their run_id does not hash to
         # State: the fold's, per run; the what-if fold's; recorded decisions waiting.
         self.states: dict[str, RunState] = {}
