@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import WorkerError
@@ -79,8 +79,10 @@ class Worker:
         port: int | None = None,
         cwd: Path | None = None,
         stop_timeout: float = STOP_TIMEOUT_S,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.port = port or free_port()
+        self.env = None if env is None else {**os.environ, **env}  # added to this process's environment
         self.stop_timeout = stop_timeout
         self.log = Path(log)
         self.cwd = cwd
@@ -96,6 +98,7 @@ class Worker:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=self.cwd,
+                env=self.env,
                 start_new_session=True,
             )
         self.starts += 1

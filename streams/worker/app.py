@@ -20,6 +20,7 @@ from ..configs import ConfigFollower, ConfigHistory, config_id
 from ..settings import Settings, read_detection_config
 from . import watchdog
 from .batches import BatchLoop
+from .delivery import DeliveryWatch
 from .metrics import Metrics
 
 log = logging.getLogger("loopwarden.worker")
@@ -209,11 +210,38 @@ def create_app(
                         log.warning("cannot read %s: %r", settings.config_topic, exc)
                         await self.sleep(1.0)
 
+    inbox: list = []  # the agent's channel, once its stream has started
+
+    def idle() -> bool:
+        return (
+            batches.idle()
+            and not (app.rebalancing or app.should_stop)
+            and all(channel.queue.empty() for channel in inbox)
+        )
+
+    watch = DeliveryWatch(
+        app,
+        settings.events_topic,
+        lambda: {p: (offset, batches.folded_at.get(p, 0.0)) for p, offset in batches.progress.items()},
+        idle,
+        on_reread=lambda p: metrics.rereads.labels(str(p)).inc(),
+    )
+
     @app.on_partitions_revoked.connect
     async def forget_positions(sender, revoked, **kwargs) -> None:
-        for tp in revoked:
-            if tp.topic == settings.events_topic:
-                batches.progress.pop(tp.partition, None)
+        gone = [tp.partition for tp in revoked if tp.topic == settings.events_topic]
+        for p in gone:
+            batches.progress.pop(p, None)
+            batches.folded_at.pop(p, None)
+        watch.revoked(gone)
+
+    @app.on_partitions_assigned.connect
+    async def note_assignment(sender, assigned, **kwargs) -> None:
+        watch.assigned([tp.partition for tp in assigned if tp.topic == settings.events_topic])
+
+    @app.task
+    async def reread_lost_events() -> None:
+        await watch.run(1.0, lambda: app.should_stop)
 
     @app.service
     class _Batches(Service):  # started and stopped with the worker
@@ -228,6 +256,7 @@ def create_app(
         # The agent passes its events on; the batch loop folds them in batches, publishes
         # the output and acknowledges each event by hand once that output is durable.
         stream.enable_acks = False
+        inbox.append(stream.channel)
         async for event in stream.events():
             await batches.add(event)
 

@@ -109,6 +109,8 @@ class BatchLoop(Service):
         self.runs = RunStore(store, changelog_topic, self.states, partition_of, config.idle_timeout_ms, tombstone_delay)
         self.interval = settings.flush_interval_ms / 1000.0
         self.progress: dict[int, int] = {}  # partition -> last offset folded
+        self.folded_at: dict[int, float] = {}  # partition -> when an event of it was last folded
+        self.handling = False  # a batch is being folded and published
         self._waiting: list = []  # events passed on, not folded yet
         self.trace = tracer_from_env()  # per-batch timings (tracing.py), off by default
         self._arrivals: list[float] = []  # with a trace: when each waiting event was passed on
@@ -184,6 +186,10 @@ class BatchLoop(Service):
         self.runs.idle_timeout_ms = config.idle_timeout_ms  # idle eviction (run_store.py) follows it
         log.warning("config switched: %s -> %s", old or "defaults", config_id or "defaults")
 
+    def idle(self) -> bool:
+        """No event is waiting to be folded, and no batch is being folded."""
+        return not self._waiting and not self.handling and self.failed is None
+
     def stalled(self, after: float = 30.0) -> bool:
         """Events are waiting in Kafka but none was folded for `after` seconds."""
         return self.lag() > 0 and time.monotonic() - self.last_fold > after
@@ -221,7 +227,9 @@ class BatchLoop(Service):
                 if not self._waiting:
                     self._arrived.clear()
                 self._room.set()
+                self.handling = True
                 await self._handle(batch, arrivals)
+                self.handling = False
                 self.last_fold = time.monotonic()
             except Exception as exc:
                 self._fail(exc)
@@ -297,8 +305,10 @@ class BatchLoop(Service):
         # The states were staged before these events go into _unacked: a flush in
         # between stores a state ahead of its acknowledgement, never behind it.
         self._unacked.extend(batch)
+        now = time.monotonic()
         for m in msgs:
             self.progress[m.partition] = m.offset
+            self.folded_at[m.partition] = now
         self._observe(msgs, len(msgs) - dead, counts)
 
     def _trace_batch(self, t: dict, msgs: list, arrivals: list[float], ids: list[tuple[str, int, int]]) -> None:

@@ -40,6 +40,12 @@ class Metrics:
             registry=r,
         )
         self.runs = Gauge("loopwarden_active_runs", "Runs with state in this worker's table", registry=r)
+        self.rereads = Counter(
+            "loopwarden_partitions_reread",
+            "Times an events partition was read again: events were fetched but never reached the agent (delivery.py)",
+            ["partition"],
+            registry=r,
+        )
         self.flushes = Counter(
             "loopwarden_state_flushes", "Writes of the touched run states to the changelog", registry=r
         )

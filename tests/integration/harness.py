@@ -40,6 +40,7 @@ class WorkerProcess(Worker):
         partitions: int = 8,
         name: str = "w",
         extra: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.tmp = tmp
         port = free_port()
@@ -67,6 +68,7 @@ class WorkerProcess(Worker):
             port=port,
             cwd=ROOT,
             stop_timeout=30,
+            env=env,
         )
 
 

@@ -99,30 +99,25 @@ def doomed_worker(bootstrap: str, tmp_path, workers: list) -> tuple:
 
 def test_a_worker_whose_output_cannot_be_published_exits_every_time(bootstrap, tmp_path, workers):
     s, w = doomed_worker(bootstrap, tmp_path, workers)
-    took, codes, seen, stalls = [], [], [], 0
-    starts = 0
-    while len(took) < 20 and starts < 24:
-        starts += 1
+    took, codes, seen, reread = [], [], [], 0
+    for start in range(1, 21):
         # From the second start on, the unacknowledged events of the last one are
         # replayed at once: the worker may crash before it ever says it is healthy.
         offset = w.log.stat().st_size if w.log.exists() else 0
         w.start(wait=False)
         # New events each time, beside the ones the last worker left unacknowledged.
-        produce(bootstrap, s.events_topic, event_records(calls(f"run-{starts}", 20)))
+        produce(bootstrap, s.events_topic, event_records(calls(f"run-{start}", 20)))
         secs, statuses = watch_until_exit(w, offset, BOUND_S + 15, crash_within=40)
-        if secs is None:
-            # A start that never folded anything (seen about once in 60 quick restarts,
-            # more often on a loaded machine: Faust said "Worker ready" and fetched
-            # nothing; faust-streaming issue 629 reports the same). Not the crash path
-            # under test; it is counted, and more than two in the 20 fail the test.
-            stalls += 1
-            w.kill()
-            continue
+        log = log_since(w, offset)
+        # About one quick start in 60 (more on a busy machine), Faust fetches a partition
+        # and loses its records on the way to the agent; the worker reads it again after
+        # 5 quiet seconds (streams/worker/delivery.py), and then crashes as it should.
+        reread += "were fetched but never reached the agent" in log
+        assert secs is not None, f"start {start}: no crash within 40 s ({reread} reread before):\n{w.tail()}"
         took.append(secs)
         codes.append(w.proc.returncode)
         seen.extend(statuses)
-        assert "stopping the worker: output could not be published" in log_since(w, offset), w.tail()
-    assert len(took) == 20 and stalls <= 2, (len(took), stalls)
+        assert "stopping the worker: output could not be published" in log, w.tail()
     assert all(c != 0 for c in codes), codes
     assert max(took) < BOUND_S, took
     assert "ok" not in seen, seen

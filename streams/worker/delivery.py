@@ -1,0 +1,191 @@
+"""Events the consumer fetched but never delivered to the agent: found, and read again.
+
+faust-streaming can lose fetched records between its consumer and the agent's stream.
+Seen here about once in 60 quick worker restarts on a busy machine, right after the
+first assignment (faust-streaming issue 629 describes the same stall): the consumer's
+fetch position for an events partition reached the partition's end, no event of it
+reached the agent (its channel was empty, the batch loop had folded nothing), and
+nothing more was fetched from it. Faust reads a partition again only after a rebalance,
+from the group's committed offset, so those events stayed unanswered, and the worker
+said it was healthy, until it was restarted.
+
+`DeliveryWatch` finds such a partition and seeks it back. About once a second it looks
+at every assigned events partition; one is read again from the next offset the batch
+loop expects when all of these hold:
+
+- nothing of it was folded for `after_s` seconds (since its assignment, if never);
+- no event is on its way anywhere: none in the agent's channel, none waiting in the
+  batch loop, no batch being folded;
+- the app is not rebalancing or stopping, and Faust does not hold the partition
+  paused (it does while it recovers the table);
+- the consumer's position is past the next offset expected: one past the last event
+  folded from the partition, or, when none was folded since its assignment, the group's
+  committed offset (the partition's first offset when nothing was ever committed).
+
+The seek is Faust's own (it also moves the fetcher's record of what it has read), so
+the events are fetched and folded again. An event folded twice is answered the same
+both times, as after a crash. Other partitions keep flowing meanwhile. A reread that
+brings nothing (the offsets held no event: a transactional producer's markers take
+offsets too) is not repeated until the partition's position or progress moves.
+
+Only a loss at the end of what was fetched is found this way. Records lost before
+others that did arrive leave a gap that looks like the gaps Kafka itself leaves (those
+markers, compaction), so they are not looked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, NamedTuple
+
+log = logging.getLogger("loopwarden.worker")
+
+
+class Partition(NamedTuple):
+    """What the watch knows of one assigned events partition."""
+
+    position: int | None  # the consumer's fetch position (None: not known yet)
+    expected: int | None  # the next offset the batch loop should get (None: not known)
+    quiet_s: float  # seconds since it last folded an event of it (or since its assignment)
+
+
+def to_rewind(
+    partitions: Mapping[int, Partition], after_s: float, tried: Mapping[int, tuple[int, int]] | None = None
+) -> dict[int, int]:
+    """The partitions to read again, each with the offset to read from: those quiet for
+    `after_s` seconds whose position is past the next offset expected. `tried` holds the
+    (expected, position) of each partition's last reread: one that found nothing to fold
+    (offsets held by no event, as a transaction's markers are) is not tried again."""
+    tried = tried or {}
+    return {
+        p: s.expected
+        for p, s in partitions.items()
+        if s.quiet_s >= after_s
+        and s.position is not None
+        and s.expected is not None
+        and s.position > s.expected
+        and tried.get(p) != (s.expected, s.position)
+    }
+
+
+class DeliveryWatch:
+    """The check above, over a Faust app and the batch loop that folds its events.
+
+    `folded()` gives, per partition, the last offset folded and when (monotonic time);
+    `idle()` is true when no event is on its way (channel, batch loop) and the app is not
+    rebalancing or stopping. The Faust calls (positions, committed offsets, the seek)
+    are made only for partitions that have been quiet for `after_s` seconds."""
+
+    def __init__(
+        self,
+        app: Any,
+        topic: str,
+        folded: Callable[[], Mapping[int, tuple[int, float]]],
+        idle: Callable[[], bool],
+        on_reread: Callable[[int], None] = lambda partition: None,
+        after_s: float = 5.0,
+        timeout_s: float = 5.0,
+    ) -> None:
+        self.app = app
+        self.topic = topic
+        self.folded = folded
+        self.idle = idle
+        self.on_reread = on_reread
+        self.after_s = after_s
+        self.timeout_s = timeout_s
+        self.assigned_at: dict[int, float] = {}  # partition -> when it was assigned (monotonic)
+        self.tried: dict[int, tuple[int, int]] = {}  # partition -> (expected, position) of its last reread
+        self.starts: dict[int, int] = {}  # partition -> where the group starts it (asked once per assignment)
+
+    def assigned(self, partitions: list[int]) -> None:
+        now = time.monotonic()
+        for p in partitions:
+            self.assigned_at[p] = now
+            self.tried.pop(p, None)
+            self.starts.pop(p, None)
+
+    def revoked(self, partitions: list[int]) -> None:
+        for p in partitions:
+            self.assigned_at.pop(p, None)
+            self.tried.pop(p, None)
+            self.starts.pop(p, None)
+
+    async def run(self, interval_s: float = 1.0, stopping: Callable[[], bool] = lambda: False) -> None:
+        """`check` every `interval_s` seconds until `stopping()`."""
+        while not stopping():
+            await asyncio.sleep(interval_s)
+            await self.check()
+
+    async def check(self) -> dict[int, int]:
+        """Seek back every partition whose events were lost; the seeks made."""
+        if not self.idle():
+            return {}
+        consumer = self.app.consumer
+        now = time.monotonic()
+        folded = self.folded()
+        paused = {tp.partition for tp in consumer._paused_partitions if tp.topic == self.topic}
+        quiet: dict[int, tuple[Any, float]] = {}
+        for tp in consumer.assignment():
+            p = tp.partition
+            if tp.topic != self.topic or p in paused:
+                continue
+            last = self.assigned_at.setdefault(p, now)
+            done = folded.get(p)
+            if done is not None:
+                last = max(last, done[1])
+            if now - last >= self.after_s:
+                quiet[p] = (tp, now - last)
+        if not quiet:
+            return {}
+        seen: dict[int, Partition] = {}
+        for p, (tp, quiet_s) in quiet.items():
+            position = await self._call(consumer.position(tp))
+            done = folded.get(p)
+            expected = done[0] + 1 if done is not None else await self._start_of(p, tp)
+            seen[p] = Partition(position, expected, quiet_s)
+        rewind = to_rewind(seen, self.after_s, self.tried)
+        if not self.idle():  # an event arrived while the offsets were looked up
+            return {}
+        for p, offset in rewind.items():
+            tp = quiet[p][0]
+            log.warning(
+                "%s[%d]: offsets %d to %d were fetched but never reached the agent (nothing for %.0fs); "
+                "reading them again",
+                self.topic,
+                p,
+                offset,
+                seen[p].position - 1,  # type: ignore[operator]
+                seen[p].quiet_s,
+            )
+            await consumer.seek(tp, offset)
+            self.tried[p] = (offset, seen[p].position)  # type: ignore[assignment]
+            self.assigned_at[p] = time.monotonic()  # quiet again from now, if still nothing comes
+            self.on_reread(p)
+        return rewind
+
+    async def _start_of(self, p: int, tp: Any) -> int | None:
+        """The group's committed offset of `tp`, or its first offset when none was
+        committed: where Faust started it. Asked of the broker once per assignment (the
+        group commits only what the batch loop folded, and then the progress is known)."""
+        if p in self.starts:
+            return self.starts[p]
+        thread = self.app.consumer._thread
+        start = await self._call(thread.call_thread(thread._ensure_consumer().committed, tp))
+        if start is None:
+            first = await self._call(self.app.consumer.earliest_offsets(tp))
+            start = None if first is None else first.get(tp)
+        if start is not None:
+            self.starts[p] = int(start)
+        return start
+
+    async def _call(self, aw: Awaitable[Any]) -> Any:
+        try:
+            return await asyncio.wait_for(aw, self.timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a broker that does not answer: look again next time
+            log.info("delivery check: %r", exc)
+            return None
