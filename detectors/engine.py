@@ -15,6 +15,7 @@ from .errors import StaleSeqError
 from .fingerprint import call_facts, call_key, result_facts
 from .rules import BY_NAME, COMPACTION_GUARD, CallScan, GuardScan, Verdict
 from .state import (
+    ANSWER_CHUNK,
     EMPTY,
     KEY_CHARS,
     MAX_WARNING_KEYS,
@@ -25,11 +26,11 @@ from .state import (
     RunState,
     history_key,
     keys_of,
+    remembered,
 )
 from .wire import CompactionRetry, Decision, Event, RunEnd, ToolCall, ToolResult
 
 ABORT = COMPACTION_GUARD.name
-_KEEP_ANSWERS = REMEMBERED_DECISIONS - 1
 _NO_DECISIONS: tuple[Decision, ...] = ()
 
 
@@ -70,11 +71,12 @@ def _decision(
     )
 
 
-def _remember(answers: tuple[Answer, ...], a: Answer) -> tuple[Answer, ...]:
-    """The run's remembered answers with `a` added, the oldest dropped past the bound."""
-    if len(answers) >= REMEMBERED_DECISIONS:
-        return answers[-_KEEP_ANSWERS:] + (a,)
-    return answers + (a,)
+def _remember(state: RunState, a: Answer) -> tuple[tuple[Answer, ...], tuple[Answer, ...]]:
+    """(answers, recent_answers) of the run with `a` remembered."""
+    recent = state.recent_answers + (a,)
+    if len(recent) < ANSWER_CHUNK:
+        return state.answers, recent
+    return (state.answers + recent)[-REMEMBERED_DECISIONS:], ()
 
 
 def _append(
@@ -124,7 +126,8 @@ def _on_call(state: RunState, ev: ToolCall, cfg: AgentConfig, ts: int | None) ->
     if state.aborted:
         d = _decision(ev, tool, sig, cfg, "abort", "critical", ABORT)
         a = Answer(ev.seq, "abort", "critical", ABORT)
-        return replace(state, last_seq=ev.seq, last_ts=ts, answers=_remember(state.answers, a)), (d,)
+        answers, recent = _remember(state, a)
+        return replace(state, last_seq=ev.seq, last_ts=ts, answers=answers, recent_answers=recent), (d,)
     history = state.history
     keys = state.history_keys
     if len(keys) != KEY_CHARS * len(history):  # keys_of, inlined
@@ -176,9 +179,18 @@ def _on_call(state: RunState, ev: ToolCall, cfg: AgentConfig, ts: int | None) ->
             history = history + (entry,)
             keys = keys + key
         answers = state.answers
-        a = Answer(seq, "allow", "none")
-        answers = answers[-_KEEP_ANSWERS:] + (a,) if len(answers) >= REMEMBERED_DECISIONS else answers + (a,)
-        return replace(state, last_seq=seq, last_ts=ts, history=history, history_keys=keys, answers=answers), (d,)
+        recent = state.recent_answers + (Answer(seq, "allow", "none"),)
+        if len(recent) >= ANSWER_CHUNK:  # _remember, inlined
+            answers, recent = (answers + recent)[-REMEMBERED_DECISIONS:], ()
+        return replace(
+            state,
+            last_seq=seq,
+            last_ts=ts,
+            history=history,
+            history_keys=keys,
+            answers=answers,
+            recent_answers=recent,
+        ), (d,)
     name = v.detector.name
     warned = state.warned
     if v.level == "critical":
@@ -188,7 +200,7 @@ def _on_call(state: RunState, ev: ToolCall, cfg: AgentConfig, ts: int | None) ->
         level = "warning"
         history, keys = _append(history, keys, HistoryEntry(tool, sig, ev.tool_call_id), cfg.history_size)
     d = _decision(ev, tool, sig, cfg, action, level, name, v.count, v.warning_key, v.paired_tool_name)
-    a = Answer(ev.seq, action, level, name, v.count, v.warning_key, v.paired_tool_name)
+    answers, recent = _remember(state, Answer(ev.seq, action, level, name, v.count, v.warning_key, v.paired_tool_name))
     return replace(
         state,
         last_seq=ev.seq,
@@ -196,7 +208,8 @@ def _on_call(state: RunState, ev: ToolCall, cfg: AgentConfig, ts: int | None) ->
         history=history,
         history_keys=keys,
         warned=warned,
-        answers=_remember(state.answers, a),
+        answers=answers,
+        recent_answers=recent,
     ), (d,)
 
 
@@ -279,7 +292,7 @@ def apply(state: RunState | None, ev: Event, config: DetectionConfig) -> tuple[R
         state = EMPTY
     if ev.seq <= state.last_seq:
         if isinstance(ev, ToolCall):
-            for a in reversed(state.answers):
+            for a in reversed(remembered(state)):
                 if a.seq == ev.seq:
                     return state, (_answer_again(ev, a, config),)
             raise StaleSeqError(

@@ -6,7 +6,8 @@ and a worker holding many thousands of runs would otherwise have its full collec
 walk all of them.
 
 Everything here is bounded by the config: `history` (and its keys) by historySize, `warned` by
-MAX_WARNING_KEYS, `answers` by REMEMBERED_DECISIONS, the guard window by windowSize.
+MAX_WARNING_KEYS, `answers` by REMEMBERED_DECISIONS (and `recent_answers` by ANSWER_CHUNK),
+the guard window by windowSize.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from msgspec import Struct
 STATE_VERSION = 1
 MAX_WARNING_KEYS = 256
 REMEMBERED_DECISIONS = 64
+ANSWER_CHUNK = 16  # answers are added to `recent_answers`, and moved to `answers` this many at a time
 
 
 class HistoryEntry(Struct, frozen=True, array_like=True, gc=False):
@@ -67,6 +69,20 @@ class RunState(Struct, frozen=True, kw_only=True, gc=False):
     new to the history, which most calls are, so the detectors' scan of the history is
     skipped for them (the entries lie all over memory; this is one short string). A
     state without it (written before it was kept) has it rebuilt by `keys_of`."""
+    recent_answers: tuple[Answer, ...] = ()
+    """The newest answers, fewer than ANSWER_CHUNK, not yet moved to `answers`: the
+    remembered answers are the last REMEMBERED_DECISIONS of `answers + recent_answers`
+    (`remembered`). A call adds its answer to this short tuple instead of copying all 64
+    (whose entries lie all over memory). Always empty in a stored state (`encode_state`
+    moves them first), so a reader that does not know this field, an older worker, finds
+    every remembered answer in `answers`."""
+
+
+def remembered(state: RunState) -> tuple[Answer, ...]:
+    """The run's remembered answers, oldest first."""
+    if not state.recent_answers:
+        return state.answers
+    return (state.answers + state.recent_answers)[-REMEMBERED_DECISIONS:]
 
 
 KEY_CHARS = 4
@@ -91,8 +107,15 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(RunState)
 
 
+def settled(state: RunState) -> RunState:
+    """The same state with its recent answers moved into `answers`: what is stored."""
+    if not state.recent_answers:
+        return state
+    return msgspec.structs.replace(state, answers=remembered(state), recent_answers=())
+
+
 def encode_state(state: RunState) -> bytes:
-    return _encoder.encode(state)
+    return _encoder.encode(settled(state))
 
 
 def decode_state(data: bytes) -> RunState:

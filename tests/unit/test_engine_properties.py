@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +20,7 @@ from detectors import (
     fingerprint,
     replay,
 )
-from detectors.state import MAX_WARNING_KEYS, REMEMBERED_DECISIONS
+from detectors.state import ANSWER_CHUNK, MAX_WARNING_KEYS, REMEMBERED_DECISIONS, remembered, settled
 from tests.events import SMALL_CONFIG, interleaved, lines, runs
 
 CONFIG = DetectionConfig(SMALL_CONFIG)
@@ -159,5 +161,46 @@ def test_state_is_bounded_by_the_config():
     keys = {d.seq: d.warning_key for d in warned}
     assert set(state.warned) == {keys[3 * k + 2] for k in range(45, n_keys)} | {keys[3 * n_keys + 2]}
     assert len(state.history) == 8
-    assert len(state.answers) == REMEMBERED_DECISIONS
+    assert len(remembered(state)) == REMEMBERED_DECISIONS
     assert [encode(d) for d in decisions] == [encode(d) for d in replay(events, CONFIG)]
+
+
+def _call(seq: int, params: dict):
+    event = {"type": "tool_call", "run_id": "r", "seq": seq, "gateway_id": "g", "tool_name": "t", "params": params}
+    return decode_event(json.dumps(event))
+
+
+def test_a_duplicate_call_is_answered_while_among_the_last_remembered_and_stale_after():
+    # Every call of a run is answered again while it is one of the run's last
+    # REMEMBERED_DECISIONS calls, and is stale after, whatever the state went through
+    # (the newest answers are kept apart until ANSWER_CHUNK of them: every phase of that
+    # is crossed here, with and without a trip through the stored form).
+    n = REMEMBERED_DECISIONS + 2 * ANSWER_CHUNK + 3
+    events = [_call(i, {"i": i}) for i in range(n)]
+    first = {d.seq: encode(d) for d in replay(events, CONFIG)}
+    for stored in (False, True):
+        state = None
+        for i, ev in enumerate(events):
+            state, _ = apply(state, ev, CONFIG)
+            if stored:
+                state = decode_state(encode_state(state))
+            assert len(remembered(state)) == min(i + 1, REMEMBERED_DECISIONS)
+            for j in range(i + 1):
+                if i - j < REMEMBERED_DECISIONS:
+                    again, ds = apply(state, events[j], CONFIG)
+                    assert again is state and [encode(d) for d in ds] == [first[j]]
+                else:
+                    with pytest.raises(StaleSeqError):
+                        apply(state, events[j], CONFIG)
+
+
+def test_the_stored_form_keeps_no_recent_answers_and_reads_back_the_same():
+    state = None
+    for i in range(ANSWER_CHUNK + 5):
+        state, _ = apply(state, _call(i, {}), CONFIG)
+    assert state.recent_answers  # 5 answers kept apart
+    back = decode_state(encode_state(state))
+    assert back.recent_answers == () and back == settled(state) and remembered(back) == remembered(state)
+    # A reader that knows no `recent_answers` (an older worker) reads every remembered answer.
+    fields = msgspec.msgpack.decode(encode_state(state))
+    assert fields["recent_answers"] == [] and len(fields["answers"]) == ANSWER_CHUNK + 5
