@@ -114,10 +114,17 @@ class DeliveryWatch:
             self.starts.pop(p, None)
 
     async def run(self, interval_s: float = 1.0, stopping: Callable[[], bool] = lambda: False) -> None:
-        """`check` every `interval_s` seconds until `stopping()`."""
+        """`check` every `interval_s` seconds until `stopping()`. A check that fails (the
+        consumer not started yet, a broker that does not answer) is tried again at the
+        next one: it must never stop the worker."""
         while not stopping():
             await asyncio.sleep(interval_s)
-            await self.check()
+            try:
+                await self.check()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.info("delivery check: %r", exc)
 
     async def check(self) -> dict[int, int]:
         """Seek back every partition whose events were lost; the seeks made."""

@@ -164,3 +164,18 @@ def test_a_partition_first_seen_by_the_check_counts_as_assigned_then():
     assert asyncio.run(w.check()) == {}
     w.assigned_at[0] -= 10.0
     assert asyncio.run(w.check()) == {0: 0}
+
+
+def test_a_failing_check_never_ends_the_watch():
+    class NotStarted(_Consumer):
+        calls = 0
+
+        def assignment(self):
+            NotStarted.calls += 1
+            raise RuntimeError("Consumer thread not yet started")  # as Faust's before it starts
+
+    c = NotStarted(positions={0: 1}, committed={})
+    w = _watch(c, folded={})
+    stop = iter([False, False, False, True])
+    asyncio.run(w.run(0.0, lambda: next(stop)))
+    assert NotStarted.calls == 3
