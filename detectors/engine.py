@@ -178,29 +178,23 @@ def _on_call(state: RunState, ev: ToolCall, cfg: AgentConfig, ts: int | None) ->
         else:
             history = history + (entry,)
             keys = keys + key
-        answers = state.answers
-        recent = state.recent_answers + (Answer(seq, "allow", "none"),)
-        if len(recent) >= ANSWER_CHUNK:  # _remember, inlined
-            answers, recent = (answers + recent)[-REMEMBERED_DECISIONS:], ()
-        return replace(
-            state,
-            last_seq=seq,
-            last_ts=ts,
-            history=history,
-            history_keys=keys,
-            answers=answers,
-            recent_answers=recent,
-        ), (d,)
-    name = v.detector.name
-    warned = state.warned
-    if v.level == "critical":
-        action, level = "block", "critical"  # a blocked call is not recorded: the block stays in force
+        a = Answer(seq, "allow", "none")
+        warned = state.warned
     else:
-        action, warned = _warn(warned, v)
-        level = "warning"
-        history, keys = _append(history, keys, HistoryEntry(tool, sig, ev.tool_call_id), cfg.history_size)
-    d = _decision(ev, tool, sig, cfg, action, level, name, v.count, v.warning_key, v.paired_tool_name)
-    answers, recent = _remember(state, Answer(ev.seq, action, level, name, v.count, v.warning_key, v.paired_tool_name))
+        name = v.detector.name
+        warned = state.warned
+        if v.level == "critical":
+            action, level = "block", "critical"  # a blocked call is not recorded: the block stays in force
+        else:
+            action, warned = _warn(warned, v)
+            level = "warning"
+            history, keys = _append(history, keys, HistoryEntry(tool, sig, ev.tool_call_id), cfg.history_size)
+        d = _decision(ev, tool, sig, cfg, action, level, name, v.count, v.warning_key, v.paired_tool_name)
+        a = Answer(ev.seq, action, level, name, v.count, v.warning_key, v.paired_tool_name)
+    answers = state.answers
+    recent = state.recent_answers + (a,)
+    if len(recent) >= ANSWER_CHUNK:  # _remember, inlined
+        answers, recent = (answers + recent)[-REMEMBERED_DECISIONS:], ()
     return replace(
         state,
         last_seq=ev.seq,
