@@ -228,8 +228,10 @@ class BatchLoop(Service):
                     self._arrived.clear()
                 self._room.set()
                 self.handling = True
-                await self._handle(batch, arrivals)
-                self.handling = False
+                try:
+                    await self._handle(batch, arrivals)
+                finally:
+                    self.handling = False
                 self.last_fold = time.monotonic()
             except Exception as exc:
                 self._fail(exc)

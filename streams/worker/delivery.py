@@ -158,17 +158,18 @@ class DeliveryWatch:
             return {}
         for p, offset in rewind.items():
             tp = quiet[p][0]
+            position = int(seen[p].position or 0)  # to_rewind keeps only partitions with one
             log.warning(
                 "%s[%d]: offsets %d to %d were fetched but never reached the agent (nothing for %.0fs); "
                 "reading them again",
                 self.topic,
                 p,
                 offset,
-                seen[p].position - 1,  # type: ignore[operator]
+                position - 1,
                 seen[p].quiet_s,
             )
             await consumer.seek(tp, offset)
-            self.tried[p] = (offset, seen[p].position)  # type: ignore[assignment]
+            self.tried[p] = (offset, position)
             self.assigned_at[p] = time.monotonic()  # quiet again from now, if still nothing comes
             self.on_reread(p)
         return rewind
