@@ -49,11 +49,11 @@ def admit(value: bytes | None, key: bytes | None, max_event_bytes: int, keyed: b
         raise DecodeError("the message has no value (a tombstone on the events topic)")
     if len(value) > max_event_bytes:
         raise OversizeError(f"{len(value)} bytes > limit {max_event_bytes}")
-    if not value.strip():
-        raise DecodeError("an empty message: no JSON value")
     try:
         ev = decode_event(value)
     except EventError:
+        if not value.strip():  # checked only here: a copy of every message costs on the hot path
+            raise DecodeError("an empty message: no JSON value") from None
         raise
     except Exception as exc:  # decode_event names what it knows; anything else is ours
         raise InternalError(f"decoding failed: {type(exc).__name__}: {exc}") from None
