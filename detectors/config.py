@@ -30,8 +30,9 @@ DEFAULT_IDLE_TIMEOUT_MS = 24 * 60 * 60 * 1000  # loopwarden.runIdleTimeoutMs (se
 class AgentConfig(Struct, frozen=True):
     """The effective config of one agent (semantics.md section 1), with the detectors it
     runs: `call_detectors` judge each tool_call (none while `rolling_detectors_on` is
-    false; `new_call_detectors` a call not in the history yet), `result_detectors` each
-    tool_result while the guard is armed."""
+    false; `new_call_detectors` a call not in the history yet, `plain_call_detectors` one
+    that is not either and follows an entry naming no missing tool), `result_detectors`
+    each tool_result while the guard is armed."""
 
     enabled: bool | None
     history_size: int
@@ -47,6 +48,7 @@ class AgentConfig(Struct, frozen=True):
     compaction_guard_on: bool = True  # `enabled` is not false: the post-compaction guard (section 5)
     call_detectors: tuple[Detector[CallScan], ...] = ()
     new_call_detectors: tuple[Detector[CallScan], ...] = ()  # those of call_detectors not `repeats_only`
+    plain_call_detectors: tuple[Detector[CallScan], ...] = ()  # those of new_call_detectors not `streak_only`
     result_detectors: tuple[Detector[GuardScan], ...] = ()
 
     def switched_on(self, switch: str) -> bool:
@@ -214,6 +216,7 @@ def resolve(
         compaction_guard_on=guard,
         call_detectors=on_calls,
         new_call_detectors=tuple(d for d in on_calls if not d.repeats_only),
+        plain_call_detectors=tuple(d for d in on_calls if not (d.repeats_only or d.streak_only)),
         result_detectors=tuple(d for d in RESULT_DETECTORS if d.switch is None or switches[d.switch]) if guard else (),
     )
 

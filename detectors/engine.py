@@ -138,8 +138,15 @@ def _on_call(state: RunState, ev: ToolCall, cfg: AgentConfig, ts: int | None) ->
     v = None
     detectors = cfg.call_detectors
     if detectors:
-        scan = CallScan(history, tool, sig, poll, key not in keys)
-        if not scan.seen:
+        new = key not in keys
+        if new:  # most calls: only detectors that need no repeat can fire
+            if history and history[-1].unknown_tool_name:
+                detectors = cfg.new_call_detectors
+            else:  # no unknown-tool streak either (with the defaults: no detector at all)
+                detectors = cfg.plain_call_detectors
+    if detectors:
+        scan = CallScan(history, tool, sig, poll, new)
+        if not (new or scan.seen):  # its key, but another signature's: not a repeat after all
             detectors = cfg.new_call_detectors
         for detector in detectors:
             v = detector.evaluate(scan, cfg)

@@ -144,6 +144,10 @@ class Detector(Generic[ScanT]):
     repeats_only: ClassVar[bool] = False
     """True: it can fire only on a call whose signature is already in the run's history,
     so the engine does not ask it about a new call (most calls)."""
+    streak_only: ClassVar[bool] = False
+    """True: it can fire only when the run's newest history entry names a missing tool
+    (an unknown-tool streak of at least one), so the engine does not ask it about a new
+    call after any other entry."""
 
     def evaluate(self, scan: ScanT, cfg: AgentConfig) -> Verdict | None:
         raise NotImplementedError

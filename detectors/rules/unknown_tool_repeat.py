@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 class UnknownToolRepeat(Detector[CallScan]):
     name = "unknown_tool_repeat"
     judges = "tool_call"
+    streak_only = True  # unknownToolThreshold is at least 1
 
     def evaluate(self, scan: CallScan, cfg: AgentConfig) -> Verdict | None:
         if scan.unknown_streak >= cfg.unknown_tool:

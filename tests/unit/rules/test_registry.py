@@ -6,7 +6,7 @@ pin what must not change: the first-match order of today's six, and the derivati
 from __future__ import annotations
 
 from detectors import DetectionConfig
-from detectors.rules import NAMES, REGISTRY, SWITCHES
+from detectors.rules import BY_NAME, NAMES, REGISTRY, SWITCHES
 
 TODAY = (
     "unknown_tool_repeat",
@@ -61,6 +61,9 @@ def test_each_agent_holds_the_detectors_switched_on_for_it_in_order():
     new_call = [d.name for d in c.global_config.new_call_detectors]
     assert new_call == [d.name for d in REGISTRY if d.judges == "tool_call" and not d.repeats_only]
     assert "unknown_tool_repeat" in new_call and "ping_pong" not in new_call
+    # A new call after an entry naming no missing tool: none of today's detectors can fire.
+    plain = [d.name for d in c.global_config.plain_call_detectors]
+    assert plain == [n for n in new_call if not BY_NAME[n].streak_only] == []
 
 
 def test_a_switch_that_is_not_a_boolean_is_named_and_stays_on():
