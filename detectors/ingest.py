@@ -1,9 +1,9 @@
 """The one ingest path: admitting a message, folding it, and the loop over a source.
 
 The worker (a Kafka batch), `loopwarden replay` (a file) and the topic audit all fold
-their messages through `fold`, which admits each one (`admit`) and folds it (`apply`,
-then its decisions encoded), so a message is refused for the same reason, or decided
-the same way, wherever it is read. Nothing here raises anything but an EventError for
+their messages through `fold`, which admits each one (the checks of wire-format.md,
+"Bad input") and folds it (`apply`, then its decisions encoded), so a message is refused
+for the same reason, or decided the same way, wherever it is read. Nothing here raises anything but an EventError for
 bad input, whatever the bytes.
 """
 
@@ -37,32 +37,6 @@ class InternalError(EventError):
     like any bad event, never allowed to stop the reader."""
 
     reason = "internal_error"
-
-
-def admit(value: bytes | None, key: bytes | None, max_event_bytes: int, keyed: bool = True) -> Event:
-    """The event in one message, after the checks of wire-format.md ("Bad input"), in
-    one order: a value at all, its size, its decoding (with the shared limits), its key.
-
-    `keyed` is false for sources without keys (a file); a Kafka message without a key
-    landed on a partition chosen at random, so its run could be split across workers."""
-    if value is None:
-        raise DecodeError("the message has no value (a tombstone on the events topic)")
-    if len(value) > max_event_bytes:
-        raise OversizeError(f"{len(value)} bytes > limit {max_event_bytes}")
-    try:
-        ev = decode_event(value)
-    except EventError:
-        if not value.strip():  # checked only here: a copy of every message costs on the hot path
-            raise DecodeError("an empty message: no JSON value") from None
-        raise
-    except Exception as exc:  # decode_event names what it knows; anything else is ours
-        raise InternalError(f"decoding failed: {type(exc).__name__}: {exc}") from None
-    if keyed:
-        if key is None:
-            raise MissingKey("the message has no key; events must be keyed by their run_id")
-        if key != ev.run_id.encode():
-            raise KeyMismatch(f"message key {key[:200]!r} is not the event's run_id {ev.run_id[:200]!r}")
-    return ev
 
 
 class Folded(Struct, frozen=True, gc=False):
@@ -111,6 +85,10 @@ def fold(
     letter). A caller differs from another only in its source and in what it does with
     these: write decisions to a file, publish them, stage the touched states.
 
+    A message's bytes larger than `max_event_bytes` are refused unread. `keyed` is false
+    for a source without keys (a file); otherwise each message's key must be its
+    event's run_id.
+
     Run states live in a dict for the duration of the fold. A run not seen yet is read
     with `load(run_id, position)` (the worker's store), or starts empty without a
     loader; a run that ended stays ended (None) until its next event, so a loader is
@@ -124,7 +102,31 @@ def fold(
     get = states.get
     for position, key, value in source:
         try:
-            ev = value if isinstance(value, _Event) else admit(value, key, max_event_bytes, keyed)
+            if isinstance(value, _Event):
+                ev = value
+            else:
+                # Admission (wire-format.md, "Bad input"), in one order: a value at all,
+                # its size, its decoding (with the shared limits), its key. (Here, not in
+                # a function of its own: a Python call costs on every message.)
+                if value is None:
+                    raise DecodeError("the message has no value (a tombstone on the events topic)")
+                if len(value) > max_event_bytes:
+                    raise OversizeError(f"{len(value)} bytes > limit {max_event_bytes}")
+                try:
+                    ev = decode_event(value)
+                except EventError:
+                    if not value.strip():  # checked only here: a copy of every message costs
+                        raise DecodeError("an empty message: no JSON value") from None
+                    raise
+                except Exception as exc:  # decode_event names what it knows; anything else is ours
+                    raise InternalError(f"decoding failed: {type(exc).__name__}: {exc}") from None
+                if keyed:
+                    # A Kafka message without a key landed on a partition chosen at
+                    # random, so its run could be split across workers.
+                    if key is None:
+                        raise MissingKey("the message has no key; events must be keyed by their run_id")
+                    if key != ev.run_id.encode():
+                        raise KeyMismatch(f"message key {key[:200]!r} is not the event's run_id {ev.run_id[:200]!r}")
             run = ev.run_id
             before = get(run, _UNSEEN)
             if before is _UNSEEN:
