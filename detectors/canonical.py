@@ -190,25 +190,20 @@ def digest(v: Any) -> str:
 
     The memo is keyed by the sorted encoding before canon's checks: the checks and the
     exact path are functions of those bytes for a wire value, so equal bytes mean an
-    equal digest, and a hit skips the checks as well as the hash."""
-    if v is msgspec.UNSET:
-        return _sha256(b"undefined").hexdigest()
+    equal digest, and a hit skips the checks as well as the hash. A value the fast
+    encoder refuses (UNSET, a float, a huge int) is hashed through `canon`, unmemoised."""
     try:
-        key: bytes | None = _encode_sorted(v)
+        key = _encode_sorted(v)
     except (TypeError, UnicodeEncodeError, msgspec.EncodeError):
-        key = None
-    if key is not None:
-        h = _DIGESTS.get(key)
-        if h is not None:
-            return h
-        b = key
-        if _SIXTEEN_DIGITS in b.translate(_DIGITS_AS_ZERO) or (not b.isascii() and _HIGH_PLANE.search(b)):
-            b = canon_exact(v)
-    else:
-        b = canon_exact(v)
-    h = _sha256(b).hexdigest()
-    if key is not None and len(key) <= _MEMO_MAX_BYTES:
-        if len(_DIGESTS) >= _MEMO_ENTRIES:
-            _DIGESTS.clear()
-        _DIGESTS[key] = h
+        return _sha256(canon(v)).hexdigest()
+    h = _DIGESTS.get(key)
+    if h is None:
+        if _SIXTEEN_DIGITS in key.translate(_DIGITS_AS_ZERO) or (not key.isascii() and _HIGH_PLANE.search(key)):
+            h = _sha256(canon_exact(v)).hexdigest()
+        else:
+            h = _sha256(key).hexdigest()
+        if len(key) <= _MEMO_MAX_BYTES:
+            if len(_DIGESTS) >= _MEMO_ENTRIES:
+                _DIGESTS.clear()
+            _DIGESTS[key] = h
     return h

@@ -219,8 +219,7 @@ def _on_result(
 ) -> tuple[RunState, tuple[Decision, ...]]:
     if state.aborted:
         return replace(state, last_seq=ev.seq, last_ts=ts), _NO_DECISIONS
-    tool, sig = call_key(ev)
-    rh, unknown = result_facts(ev, tool)
+    tool, sig, rh, unknown = result_facts(ev)
     if rh is None:
         return replace(state, last_seq=ev.seq, last_ts=ts), _NO_DECISIONS
     # Fill the newest entry of this call still waiting for its outcome, else append one.

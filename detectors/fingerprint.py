@@ -119,18 +119,6 @@ def unknown_tool_in(message: str) -> str | None:
     return None
 
 
-def _text_of(result: dict[str, Any]) -> str:
-    content = result.get("content")
-    if not isinstance(content, list):
-        return ""
-    parts = [
-        e["text"]
-        for e in content
-        if isinstance(e, dict) and isinstance(e.get("type"), str) and isinstance(e.get("text"), str)
-    ]
-    return "\n".join(parts).strip(JS_WHITESPACE)
-
-
 def _exec_outcome(details: dict[str, Any], text: str) -> str | None:
     status = details.get("status")
     if status == "running":
@@ -226,7 +214,18 @@ def outcome(tool_name: str, params: Any, result: Any, error: Any) -> tuple[str |
         return digest(result), None
     d = result.get("details")
     details = d if isinstance(d, dict) else {}
-    text = _text_of(result)
+    # The text of its content blocks. (Here, not in a function: this runs for every
+    # result. A loop, not a comprehension, which would be a function call of its own.)
+    text = ""
+    content = result.get("content")
+    if isinstance(content, list):
+        parts = []
+        for e in content:
+            if isinstance(e, dict):
+                t = e.get("text")
+                if isinstance(t, str) and isinstance(e.get("type"), str):
+                    parts.append(t)
+        text = "\n".join(parts).strip(JS_WHITESPACE)
     if details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
         return None, None
     if tool_name in _SPECIAL_OUTCOMES:
@@ -251,20 +250,19 @@ def outcome(tool_name: str, params: Any, result: Any, error: Any) -> tuple[str |
 
 def call_key(ev: ToolCall | ToolResult) -> tuple[str, str]:
     """(normalized tool name, args_hash) of a call or result event."""
-    name = ev.tool_name
-    tool = _NAMES.get(name) or normalize_tool_name(name)
-    sig = ev.args_hash
-    if sig is UNSET:
-        params = ev.params
-        sig = tool + ":" + digest(plan_shape(params) if tool == "update_plan" else params)  # call_signature
+    tool, sig, _ = call_facts(ev)
     return tool, sig
 
 
 def call_facts(ev: ToolCall | ToolResult) -> tuple[str, str, bool]:
     """(normalized tool name, args_hash, known_poll) of a call or result event."""
-    tool, sig = call_key(ev)
-    poll: bool
+    name = ev.tool_name  # call_key, inlined: this runs for every call
+    tool = _NAMES.get(name) or normalize_tool_name(name)
+    sig = ev.args_hash
     params = ev.params
+    if sig is UNSET:
+        sig = tool + ":" + digest(plan_shape(params) if tool == "update_plan" else params)
+    poll: bool
     if params is UNSET and isinstance(ev, ToolCall) and isinstance(ev.known_poll, bool):
         poll = ev.known_poll
     elif tool == "command_status" or tool == "process":
@@ -274,16 +272,23 @@ def call_facts(ev: ToolCall | ToolResult) -> tuple[str, str, bool]:
     return tool, sig, poll
 
 
-def result_facts(ev: ToolResult, tool: str) -> tuple[str | None, str | None]:
-    """(result_hash, unknown_tool_name) of a result event, in either form."""
+def result_facts(ev: ToolResult) -> tuple[str, str, str | None, str | None]:
+    """(normalized tool name, args_hash, result_hash, unknown_tool_name) of a result
+    event, in either form."""
+    name = ev.tool_name  # call_key, inlined: this runs for every result
+    tool = _NAMES.get(name) or normalize_tool_name(name)
+    sig = ev.args_hash
+    params = ev.params
+    if sig is UNSET:
+        sig = tool + ":" + digest(plan_shape(params) if tool == "update_plan" else params)
     if ev.result_hash is not UNSET:
         rh: str | None = ev.result_hash or None
         unknown = None
     else:
-        rh, unknown = outcome(tool, ev.params, ev.result, ev.error)
+        rh, unknown = outcome(tool, params, ev.result, ev.error)
     if ev.unknown_tool_name is not UNSET:
         unknown = ev.unknown_tool_name.lower() or None
-    return rh, unknown
+    return tool, sig, rh, unknown
 
 
 def fingerprint(ev: Any) -> Any:
@@ -292,8 +297,7 @@ def fingerprint(ev: Any) -> Any:
         tool, sig, poll = call_facts(ev)
         return msgspec.structs.replace(ev, params=UNSET, args_hash=sig, known_poll=poll)
     if isinstance(ev, ToolResult):
-        tool, sig, _ = call_facts(ev)
-        rh, unknown = result_facts(ev, tool)
+        tool, sig, rh, unknown = result_facts(ev)
         return msgspec.structs.replace(
             ev,
             params=UNSET,
