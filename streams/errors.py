@@ -9,7 +9,6 @@ LoopwardenError
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -43,6 +42,8 @@ def connect_errors(logger: str = "aiokafka") -> Iterator[list[BaseException]]:
     Records still reach the handlers configured on the loggers above; only Python's
     last-resort printing to stderr (when no logging is configured) stops meanwhile, so a
     command prints the named error once instead of aiokafka's line before it."""
+    import logging  # here: a replay, which never talks to Kafka, starts without it
+
     seen: list[BaseException] = []
 
     class _Collect(logging.Handler):

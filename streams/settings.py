@@ -5,7 +5,6 @@ Only this module reads the environment.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -150,10 +149,13 @@ def build(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None 
     return s
 
 
-log = logging.getLogger("loopwarden.worker")
+def _log_warning(path: str, warning: str) -> None:
+    import logging  # here: `loopwarden replay` reads a config too, and starts faster without it
+
+    logging.getLogger("loopwarden.worker").warning("%s: %s", path, warning)
 
 
-def read_detection_config(path: str | None, warn=lambda path, w: log.warning("%s: %s", path, w)) -> DetectionConfig:
+def read_detection_config(path: str | None, warn=_log_warning) -> DetectionConfig:
     """The detection config file (JSON or JSON5), or the defaults without one; each
     unusable field is passed to `warn` and falls back as semantics.md says."""
     if not path:

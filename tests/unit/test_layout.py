@@ -30,6 +30,23 @@ def test_the_client_and_the_core_import_no_worker_package():
     assert not loaded & set(WORKER_ONLY), f"the gateway library loads worker packages: {loaded & set(WORKER_ONLY)}"
 
 
+def test_a_replay_starts_without_kafka_or_logging(tmp_path):
+    # `loopwarden replay` is timed against a floor that imports next to nothing: what it
+    # needs no client, event loop or logging for stays unloaded (each costs start-up time).
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"type":"tool_call","run_id":"r","seq":0,"gateway_id":"g","tool_name":"read","params":{}}\n')
+    code = (
+        "import json, sys, streams.cli; "
+        f"rc = streams.cli.main(['replay', '--input', {str(events)!r}, '--output', {str(tmp_path / 'out')!r}]); "
+        "print(json.dumps([rc, sorted({m.split('.')[0] for m in sys.modules})]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    rc, loaded = json.loads(out)
+    assert rc == 0 and (tmp_path / "out").read_text().count('"action":"allow"') == 1  # it did replay
+    assert "msgspec" in loaded  # the check sees real imports
+    assert not {"aiokafka", "asyncio", "logging", "ssl", *WORKER_ONLY} & set(loaded)
+
+
 def _declared_dependencies() -> list[str]:
     import tomllib
 
