@@ -256,7 +256,7 @@ def call_key(ev: ToolCall | ToolResult) -> tuple[str, str]:
 
 def call_facts(ev: ToolCall | ToolResult) -> tuple[str, str, bool]:
     """(normalized tool name, args_hash, known_poll) of a call or result event."""
-    name = ev.tool_name  # call_key, inlined: this runs for every call
+    name = ev.tool_name  # the key (tool, args_hash), here and in result_facts: a call less per event
     tool = _NAMES.get(name) or normalize_tool_name(name)
     sig = ev.args_hash
     params = ev.params
@@ -275,7 +275,7 @@ def call_facts(ev: ToolCall | ToolResult) -> tuple[str, str, bool]:
 def result_facts(ev: ToolResult) -> tuple[str, str, str | None, str | None]:
     """(normalized tool name, args_hash, result_hash, unknown_tool_name) of a result
     event, in either form."""
-    name = ev.tool_name  # call_key, inlined: this runs for every result
+    name = ev.tool_name  # the key, as in call_facts
     tool = _NAMES.get(name) or normalize_tool_name(name)
     sig = ev.args_hash
     params = ev.params

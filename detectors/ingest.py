@@ -3,8 +3,8 @@
 The worker (a Kafka batch), `loopwarden replay` (a file) and the topic audit all fold
 their messages through `fold`, which admits each one (the checks of wire-format.md,
 "Bad input") and folds it (`apply`, then its decisions encoded), so a message is refused
-for the same reason, or decided the same way, wherever it is read. Nothing here raises anything but an EventError for
-bad input, whatever the bytes.
+for the same reason, or decided the same way, wherever it is read. Nothing here raises
+anything but an EventError for bad input, whatever the bytes.
 """
 
 from __future__ import annotations
