@@ -27,12 +27,12 @@ from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from benchmarks.kafka import end, own_broker, start_worker
-from streams import settings as settings_mod
-from streams.client import GatewayClient
-from streams.frameworks.langchain import RUN_KEY, LoopwardenMiddleware
-from streams.frameworks.openai_agents import LoopwardenGuard
+from streams.admin.topics import create_topics
+from streams.gateway import settings as settings_mod
+from streams.gateway.adapters.langchain import RUN_KEY, LoopwardenMiddleware
+from streams.gateway.adapters.openai_agents import LoopwardenGuard
+from streams.gateway.client import GatewayClient
 from streams.tools import localkafka
-from streams.topics import create_topics
 
 RUN_LEN = 20
 

@@ -32,10 +32,10 @@ import msgspec
 
 from benchmarks.kafka import own_broker, preload, publish
 from benchmarks.trace import CONFIG, generate
-from streams import settings as settings_mod
+from streams.admin.topics import create_topics
+from streams.gateway import settings as settings_mod
 from streams.tools import localkafka
 from streams.tools.launch import command
-from streams.topics import create_topics
 from streams.worker.producer import OutRecord
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,10 +33,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
 from benchmarks.kafka import end, own_broker, start_worker
-from streams import settings as settings_mod
+from streams.admin.topics import create_topics
+from streams.gateway import settings as settings_mod
 from streams.tools import localkafka
 from streams.tools.launch import health
-from streams.topics import create_topics
 
 
 class Load:

@@ -50,11 +50,11 @@ from statistics import median
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from benchmarks.trace import generate
-from streams import settings as settings_mod
-from streams.client import GatewayClient, partition_for
+from streams.admin.topics import create_topics
+from streams.gateway import settings as settings_mod
+from streams.gateway.client import GatewayClient, partition_for
 from streams.tools import localkafka
 from streams.tools.launch import Worker, stop_process
-from streams.topics import create_topics
 from streams.worker.producer import BatchProducer, OutRecord
 
 ROOT = Path(__file__).resolve().parents[1]

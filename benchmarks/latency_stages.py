@@ -42,10 +42,10 @@ from pathlib import Path
 from statistics import mean, median
 
 from benchmarks.kafka import GATEWAYS, cpu_seconds, end, paced, params_of, start_worker, worker_metric
-from streams import settings as settings_mod
-from streams.client import GatewayClient
+from streams.admin.topics import create_topics
+from streams.gateway import settings as settings_mod
+from streams.gateway.client import GatewayClient
 from streams.tools import localkafka
-from streams.topics import create_topics
 from streams.worker.tracing import ENV
 
 STAGES = (

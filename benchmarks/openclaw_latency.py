@@ -27,10 +27,10 @@ from pathlib import Path
 from statistics import median
 
 from benchmarks.kafka import end, own_broker, paced, params_of, start_worker
-from streams import settings as settings_mod
-from streams.client import GatewayClient
+from streams.admin.topics import create_topics
+from streams.gateway import settings as settings_mod
+from streams.gateway.client import GatewayClient
 from streams.tools import localkafka
-from streams.topics import create_topics
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "clients" / "openclaw"

@@ -79,10 +79,10 @@ from benchmarks.kafka import (
     worker_flags,
 )
 from benchmarks.trace import LOOP_KINDS, _run_events
-from streams import settings as settings_mod
-from streams.client import partition_for
+from streams.admin.topics import create_topics
+from streams.gateway import settings as settings_mod
+from streams.gateway.client import partition_for
 from streams.tools import launch, localkafka
-from streams.topics import create_topics
 from streams.worker.producer import OutRecord
 
 BROKER_HEAP = "768m"

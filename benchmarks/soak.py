@@ -50,10 +50,10 @@ from statistics import median
 from benchmarks.kafka import cpu_seconds, end, start_worker
 from benchmarks.recovery import metrics, rss_mb, stoppable
 from benchmarks.trace import LOOP_KINDS, _run_events
-from streams import settings as settings_mod
-from streams.client import GatewayClient
+from streams.admin.topics import create_topics
+from streams.gateway import settings as settings_mod
+from streams.gateway.client import GatewayClient
 from streams.tools import localkafka
-from streams.topics import create_topics
 
 BROKER_HEAP = "512m"
 IDLE_TIMEOUT_MS = 60_000

@@ -13,8 +13,8 @@ import sys
 from langchain.agents import create_agent
 from langchain_core.tools import tool
 
-from streams.client import GatewayClient
-from streams.frameworks.langchain import LoopwardenMiddleware
+from streams.gateway import GatewayClient
+from streams.gateway.adapters.langchain import LoopwardenMiddleware
 
 
 @tool

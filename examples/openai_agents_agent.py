@@ -12,8 +12,8 @@ import sys
 
 from agents import Agent, function_tool
 
-from streams.client import GatewayClient
-from streams.frameworks.openai_agents import LoopwardenGuard
+from streams.gateway import GatewayClient
+from streams.gateway.adapters.openai_agents import LoopwardenGuard
 
 
 @function_tool

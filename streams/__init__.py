@@ -1,1 +1,4 @@
-"""loopwarden's shell: the Faust app, topics, the gateway client and the CLI."""
+"""loopwarden's shell, by audience: the gateway library (`gateway/`), fleet
+administration (`admin/`), the worker (`worker/`), audits (`audit/`), the tools
+(`tools/`) and the `loopwarden` command with its helpers (`cli.py`, `replay.py`,
+`times.py`, `progress.py`)."""

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from detectors.errors import LoopwardenError
 
-from . import settings as settings_mod
+from .gateway import settings as settings_mod
 
 DEFAULT_LOOKBACK = "24h"  # the default run idle timeout (semantics.md section 7)
 DEFAULT_GRACE = "5m"
@@ -124,7 +124,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
     s = _settings(args)
     import asyncio  # here, not at the top: `replay` starts faster without it
 
-    from .topics import create_topics
+    from .admin.topics import create_topics
 
     created = asyncio.run(create_topics(s))
     names = [s.events_topic, s.decisions_topic, s.deadletter_topic, s.changelog_topic, s.config_topic]
@@ -139,7 +139,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
 def cmd_config(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .configs import publish_config, read_configs
+    from .admin.config_topic import publish_config, read_configs
 
     s = _settings(args)
     if args.action == "publish":

@@ -19,10 +19,10 @@ from typing import Any, NamedTuple, TextIO
 from detectors import DetectionConfig
 from detectors.errors import LoopwardenError
 
-from ..errors import SettingsError
-from ..partitioner import partition_for
+from ..gateway.errors import SettingsError
+from ..gateway.partitioner import partition_for
+from ..gateway.settings import Settings, read_detection_config
 from ..progress import Progress
-from ..settings import Settings, read_detection_config
 from ..times import parse_duration, parse_from
 from .core import Audit, ConfigBook
 from .read import TopicRange, partitions_of
@@ -55,7 +55,7 @@ async def _configs(settings: Settings, args: Any) -> ConfigBook:
     current: DetectionConfig | None = None
     texts: list[tuple[DetectionConfig, str, str]] = []
     try:
-        from ..configs import read_configs
+        from ..admin.config_topic import read_configs
     except ImportError:  # the config topic is not built in this version
         read_configs = None
     if read_configs is not None:

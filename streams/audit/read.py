@@ -8,9 +8,9 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from .. import connect
-from ..errors import BrokerError, broker_error
-from ..settings import Settings
+from ..gateway import connection
+from ..gateway.errors import BrokerError, broker_error
+from ..gateway.settings import Settings
 
 
 class TopicRange:
@@ -32,8 +32,8 @@ class TopicRange:
         """Find the offsets: the first record at or after `start_ms` (None: the beginning)
         and the first after `end_ms` (None: the end now)."""
         s = self.settings
-        consumer = connect.reader(s, max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20)
-        await connect.start(consumer, s)
+        consumer = connection.reader(s, max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20)
+        await connection.start(consumer, s)
         self.consumer = consumer
         try:
             if self.topic not in await consumer.topics():  # a metadata request for every topic
@@ -137,7 +137,7 @@ class TopicRange:
 
 def partitions_of(keys: list[str], count: int) -> list[int]:
     """The partitions Kafka's default partitioner puts these keys on."""
-    from ..partitioner import partition_for
+    from ..gateway.partitioner import partition_for
 
     return sorted({partition_for(k.encode(), count) for k in keys})
 

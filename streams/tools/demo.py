@@ -16,7 +16,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from .. import settings as settings_mod
+from ..gateway import settings as settings_mod
 from . import localkafka
 from .launch import Worker
 from .loops import BREAKER_AGENT

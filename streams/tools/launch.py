@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..errors import WorkerError
+from ..gateway.errors import WorkerError
 from .localkafka import free_port
 
 READY_TIMEOUT_S = 90.0

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from detectors.wire import Decision
 
-from ..client import GatewayClient
-from ..settings import Settings
+from ..gateway.client import GatewayClient
+from ..gateway.settings import Settings
 from .loops import KINDS, LOOPS, result
 
 

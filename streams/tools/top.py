@@ -25,8 +25,8 @@ from typing import Any
 
 from detectors.wire import Decision, decode_decision
 
-from ..errors import BrokerError, SettingsError
-from ..settings import Settings
+from ..gateway.errors import BrokerError, SettingsError
+from ..gateway.settings import Settings
 from ..times import parse_from
 
 ACTIONS = ("allow", "warn", "block", "abort")
@@ -340,7 +340,7 @@ class Top:
         from aiokafka import AIOKafkaConsumer
         from aiokafka.errors import KafkaError
 
-        from ..errors import broker_error, connect_errors
+        from ..gateway.errors import broker_error, connect_errors
 
         try:
             kw = self.settings.kafka_kwargs()

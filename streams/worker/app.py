@@ -16,8 +16,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 
 from detectors import DetectionConfig, LoopwardenError
 
-from ..configs import ConfigFollower, ConfigHistory, config_id
-from ..settings import Settings, read_detection_config
+from ..admin.config_topic import ConfigFollower, ConfigHistory, config_id
+from ..gateway.settings import Settings, read_detection_config
 from . import watchdog
 from .batches import BatchLoop
 from .delivery import DeliveryWatch
@@ -32,7 +32,7 @@ def _credentials(s: Settings):
     makes (consumer, producers, the admin calls that create the changelog topic)."""
     from faust.types.auth import SASLMechanism
 
-    from ..errors import SettingsError
+    from ..gateway.errors import SettingsError
 
     if "SASL" in s.security_protocol:
         names = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -58,7 +58,7 @@ def create_app(
     """The worker app: one agent over the events topic, one table of run states.
 
     Without a config (`--config` or `config`) the worker follows the config topic
-    (streams/configs.py): it starts under the current config of `history` (what
+    (streams/admin/config_topic.py): it starts under the current config of `history` (what
     run_worker read from the topic before building the app; the built-in defaults
     while there is none) and switches to each new current one between two batches."""
     following = config is None and not settings.config
@@ -331,8 +331,8 @@ def _file_config_id(path: str | None) -> str | None:
 
 def run_worker(settings: Settings) -> None:
     """Run one worker until SIGTERM/SIGINT (no spinner, plain log lines)."""
-    from ..configs import read_configs
-    from ..topics import create_topics
+    from ..admin.config_topic import read_configs
+    from ..admin.topics import create_topics
 
     # Without --config the worker follows the config topic: it is read to its end now,
     # before the app exists, so the first event folded is decided under the current config.

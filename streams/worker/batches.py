@@ -28,7 +28,7 @@ from mode import Service
 from detectors import DetectionConfig, EventError
 from detectors.ingest import SetAside, fold
 
-from ..settings import Settings
+from ..gateway.settings import Settings
 from .metrics import Metrics
 from .producer import BatchProducer, OutRecord
 from .run_store import RunStore
@@ -98,7 +98,8 @@ class BatchLoop(Service):
         super().__init__(**kwargs)
         self.settings = settings
         self.config = config
-        self.config_id: str | None = None  # streams.configs.config_id of `config` (None: the built-in defaults)
+        # streams.admin.config_topic.config_id of `config` (None: the built-in defaults)
+        self.config_id: str | None = None
         self.metrics = metrics
         self.lag = lag  # events of the assigned partitions not folded yet
         self.hurry = hurry  # true while the app stops or rebalances: flush now
@@ -181,7 +182,7 @@ class BatchLoop(Service):
         no await in it, over the config `_handle` passed to `fold` when it began, so the
         switch always falls between two batches, never inside one. The run states stay as
         they are: the next event of a run is judged on its history and warning memory under
-        the new thresholds (see streams/configs.py)."""
+        the new thresholds (see streams/admin/config_topic.py)."""
         old, self.config, self.config_id = self.config_id, config, config_id
         self.runs.idle_timeout_ms = config.idle_timeout_ms  # idle eviction (run_store.py) follows it
         log.warning("config switched: %s -> %s", old or "defaults", config_id or "defaults")

@@ -17,7 +17,7 @@ from typing import NamedTuple
 from aiokafka import AIOKafkaProducer
 from mode import Service
 
-from ..partitioner import partition_for
+from ..gateway.partitioner import partition_for
 
 # Records per produce batch, in bytes (aiokafka's default is 16 KiB). A partition gets at
 # most one batch per produce request, so a processed batch's decisions for one partition,

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from streams import settings as settings_mod
+from streams.admin.topics import create_topics
+from streams.gateway import settings as settings_mod
 from streams.tools.launch import Worker, command
 from streams.tools.localkafka import free_port
-from streams.topics import create_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -193,7 +193,7 @@ def test_shards_give_the_summary_and_report_of_one_process(bootstrap, recorded, 
 def test_a_run_keyed_off_its_partition_makes_a_sharded_audit_start_again_in_one_process(bootstrap, tmp_path):
     import subprocess
 
-    from streams.partitioner import partition_for
+    from streams.gateway.partitioner import partition_for
     from streams.tools.launch import command
 
     evs = events(300, seed=5)

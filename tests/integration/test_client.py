@@ -10,7 +10,7 @@ import pytest
 from detectors import replay
 from detectors.config import load_config
 from detectors.wire import ToolCall, decode_event
-from streams.client import FAIL_CLOSED, FAIL_OPEN, GatewayClient, partition_for
+from streams.gateway.client import FAIL_CLOSED, FAIL_OPEN, GatewayClient, partition_for
 from tests.integration.harness import consume, fresh_worker
 
 pytestmark = pytest.mark.integration

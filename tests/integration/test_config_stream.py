@@ -14,7 +14,7 @@ import pytest
 
 from detectors import load_config
 from detectors.ingest import Folded, fold
-from streams.configs import CURRENT, SOURCE_HEADER, config_id, read_configs
+from streams.admin.config_topic import CURRENT, SOURCE_HEADER, config_id, read_configs
 from streams.tools.launch import Worker
 from streams.tools.localkafka import free_port
 from tests.integration.harness import (

@@ -29,10 +29,10 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 from detectors import replay  # noqa: E402
 from detectors.config import load_config  # noqa: E402
 from detectors.wire import CompactionRetry, RunEnd, decode_event  # noqa: E402
-from streams.client import FAIL_CLOSED, FAIL_OPEN, GatewayClient  # noqa: E402
-from streams.frameworks import RunStopped  # noqa: E402
-from streams.frameworks.langchain import LoopwardenMiddleware  # noqa: E402
-from streams.frameworks.openai_agents import LoopwardenGuard  # noqa: E402
+from streams.gateway.adapters import RunStopped  # noqa: E402
+from streams.gateway.adapters.langchain import LoopwardenMiddleware  # noqa: E402
+from streams.gateway.adapters.openai_agents import LoopwardenGuard  # noqa: E402
+from streams.gateway.client import FAIL_CLOSED, FAIL_OPEN, GatewayClient  # noqa: E402
 from tests.integration.harness import consume, fresh_worker  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import sys
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from streams.errors import BrokerError
+from streams.gateway.errors import BrokerError
 from streams.tools import localkafka
 from tests.integration.harness import ROOT, consume, produce
 

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from streams import settings as settings_mod
-from streams.client import GatewayClient
-from streams.errors import BrokerError
+from streams.gateway import settings as settings_mod
+from streams.gateway.client import GatewayClient
+from streams.gateway.errors import BrokerError
 from streams.tools import localkafka
 from tests.integration.harness import ROOT, WorkerProcess, consume, new_prefix
 

@@ -16,10 +16,10 @@ from detectors.config import load_config
 from detectors.engine import apply
 from detectors.errors import LoopwardenError, StaleSeqError
 from detectors.wire import MAX_SAFE_INTEGER, ToolCall, decode_event, encode
-from streams import client as client_mod
-from streams import settings as settings_mod
-from streams.client import MAX_REQUEST_SIZE, EventTooLarge, GatewayClient
-from streams.errors import BrokerError, SettingsError
+from streams.gateway import client as client_mod
+from streams.gateway import settings as settings_mod
+from streams.gateway.client import MAX_REQUEST_SIZE, EventTooLarge, GatewayClient
+from streams.gateway.errors import BrokerError, SettingsError
 from streams.tools.localkafka import free_port
 
 CONFIG = load_config(

@@ -18,7 +18,8 @@ WORKER_ONLY = ("faust", "mode", "rich", "prometheus_client", "venusian", "cronit
 def test_the_client_and_the_core_import_no_worker_package():
     # A fresh interpreter: this test process has imported the worker already.
     code = (
-        "import json, sys, detectors, detectors.ingest, streams.client, streams.frameworks, streams.replay; "
+        "import json, sys, detectors, detectors.ingest, streams.gateway, streams.gateway.client, "
+        "streams.gateway.adapters, streams.replay; "
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
     )
     loaded = set(

@@ -10,8 +10,8 @@ import ssl
 import pytest
 from aiokafka import errors as ak
 
-from streams import settings as settings_mod
-from streams.errors import SettingsError, broker_error, connect_errors
+from streams.gateway import settings as settings_mod
+from streams.gateway.errors import SettingsError, broker_error, connect_errors
 
 ADDR = "127.0.0.1:9093"
 
@@ -98,7 +98,7 @@ def test_worker_credentials_refuse_what_aiokafka_could_not_use():
 def test_topics_create_names_unusable_security_settings_before_connecting(tmp_path):
     import asyncio
 
-    from streams.topics import create_topics
+    from streams.admin.topics import create_topics
 
     with pytest.raises(SettingsError, match=r"cannot load the TLS files \(--ssl-cafile .*no-such-ca.pem\)"):
         asyncio.run(create_topics(scram(ssl_cafile=str(tmp_path / "no-such-ca.pem"))))

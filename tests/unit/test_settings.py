@@ -2,8 +2,8 @@
 
 import pytest
 
-from streams.errors import SettingsError
-from streams.settings import build
+from streams.gateway.errors import SettingsError
+from streams.gateway.settings import build
 
 
 def test_layers_and_topic_names():

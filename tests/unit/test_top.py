@@ -10,7 +10,7 @@ from rich.console import Console
 
 from detectors.rules import NAMES
 from detectors.wire import Decision
-from streams.errors import SettingsError
+from streams.gateway.errors import SettingsError
 from streams.tools.top import TopState, dead_letter_reason, metrics_url, parse_from, parse_lags
 from streams.tools.topview import DETECTOR_SHORT, cut_middle, plain_line, render, run_columns
 

@@ -14,7 +14,7 @@ import pytest
 from detectors import decode_event, encode
 from detectors.canonical import canon, canon_exact, digest, js_float_literal
 from detectors.fingerprint import fingerprint
-from streams.client import partition_for
+from streams.gateway.client import partition_for
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"
 _msgspec_wire = msgspec.json.Decoder(float_hook=js_float_literal)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from detectors import decode_event, encode  # noqa: E402
 from detectors.canonical import canon, canon_exact, js_float_literal  # noqa: E402
 from detectors.fingerprint import fingerprint  # noqa: E402
-from streams.client import partition_for  # noqa: E402
+from streams.gateway.client import partition_for  # noqa: E402
 
 # --- inputs: every value is JSON text, so each language parses it with its own parser ----
 

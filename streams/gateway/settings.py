@@ -1,4 +1,6 @@
-"""Worker settings: a frozen object layered defaults < environment (LOOPWARDEN_*) < flags.
+"""Process settings, one frozen object for a gateway and a worker alike (the topics,
+the connection, the worker's batching and web port), layered defaults < environment
+(LOOPWARDEN_*) < flags; and the detection config file a process reads.
 
 Only this module reads the environment.
 """
@@ -23,6 +25,9 @@ ENV_PREFIX = "LOOPWARDEN_"
 
 @dataclass(frozen=True)
 class Settings:
+    """What a process is told, the gateway client and the worker alike (each reads the fields it
+    uses); `build` makes one."""
+
     bootstrap: str = "127.0.0.1:9092"
     topic_prefix: str = "loopwarden."
     partitions: int = 8
@@ -67,7 +72,7 @@ class Settings:
 
     @property
     def config_topic(self) -> str:
-        """The detection configs and the current one (streams/configs.py)."""
+        """The detection configs and the current one (streams/admin/config_topic.py)."""
         return f"{self.topic_prefix}config"
 
     @property

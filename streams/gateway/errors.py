@@ -1,4 +1,5 @@
-"""Errors of the shell; the root and the core's subtree live in detectors/errors.py.
+"""Errors of the shell (the gateway library's, and the commands' and tools' that build on
+it); the root and the core's subtree live in detectors/errors.py.
 
 LoopwardenError
 ├── SettingsError   a setting (flag, LOOPWARDEN_* variable) with an unusable value

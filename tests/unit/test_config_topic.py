@@ -1,4 +1,4 @@
-"""A config's id on the config topic (streams/configs.py): the parsed document's digest,
+"""A config's id on the config topic (streams/admin/config_topic.py): the parsed document's digest,
 so the same config in JSON or JSON5 is one id and another config another; and what a
 reader makes of each kind of record."""
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from detectors import ConfigError
-from streams.configs import CURRENT, SOURCE_HEADER, ConfigHistory, config_id
+from streams.admin.config_topic import CURRENT, SOURCE_HEADER, ConfigHistory, config_id
 
 JSON5 = b"""// the example's shape, with comments, unquoted keys and trailing commas
 {
@@ -87,7 +87,7 @@ def _cfg(**fields):
 
 
 def test_a_switch_keeps_the_history_and_cuts_it_at_the_next_append():
-    # What streams/configs.py says of a run across a switch (semantics.md section 3).
+    # What streams/admin/config_topic.py says of a run across a switch (semantics.md section 3).
     before = _cfg(historySize=30, warningThreshold=20, criticalThreshold=40, globalCircuitBreakerThreshold=50)
     after = _cfg(historySize=3, warningThreshold=2, criticalThreshold=30, globalCircuitBreakerThreshold=50)
     calls = [

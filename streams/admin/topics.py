@@ -6,7 +6,7 @@ cluster needs no extra step), and by the tests' and benchmarks' setups.
 
 from __future__ import annotations
 
-from .settings import Settings
+from ..gateway.settings import Settings
 
 
 async def create_topics(s: Settings) -> list[str]:
@@ -17,8 +17,8 @@ async def create_topics(s: Settings) -> list[str]:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-    from . import connect
-    from .errors import SettingsError, broker_error
+    from ..gateway import connection
+    from ..gateway.errors import SettingsError, broker_error
 
     # The changelog gets one record per touched run per flush; compaction (one record a
     # run) only reaches closed segments, and Kafka's default segment (1 GiB or 7 days)
@@ -30,16 +30,16 @@ async def create_topics(s: Settings) -> list[str]:
         (s.decisions_topic, s.partitions, {"cleanup.policy": "delete"}),
         (s.deadletter_topic, s.partitions, {"cleanup.policy": "delete"}),
         (s.changelog_topic, s.partitions, compacted),
-        # The detection configs by id and the current one (streams/configs.py): one
+        # The detection configs by id and the current one (streams/admin/config_topic.py): one
         # partition, so every reader sees a config before the `current` record naming it.
         (s.config_topic, 1, compacted),
     ]
-    kw = connect.client_kwargs(s)
+    kw = connection.client_kwargs(s)
     try:
         admin = AIOKafkaAdminClient(**kw)
     except ValueError as exc:  # aiokafka's check of the protocol and SASL mechanism
         raise SettingsError(f"cannot connect with these settings: {exc}") from None
-    await connect.start(admin, s)
+    await connection.start(admin, s)
     created = []
     try:
         existing = set(await admin.list_topics())

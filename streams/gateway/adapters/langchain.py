@@ -47,11 +47,13 @@ try:
     from langchain.agents.middleware.types import AgentMiddleware, AgentState, PrivateStateAttr
     from langchain_core.messages import HumanMessage, ToolMessage
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError("streams.frameworks.langchain needs langchain 1.x: pip install 'loopwarden[langchain]'") from exc
+    raise ImportError(
+        "streams.gateway.adapters.langchain needs langchain 1.x: pip install 'loopwarden[langchain]'"
+    ) from exc
 
 from detectors.errors import LoopwardenError
 from detectors.wire import Decision
-from streams.client import GatewayClient
+from streams.gateway.client import GatewayClient
 
 from . import RunStopped, as_result, stops_run, text_of, with_warning
 

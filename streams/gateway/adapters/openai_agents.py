@@ -52,14 +52,14 @@ try:
     )
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
-        "streams.frameworks.openai_agents needs the OpenAI Agents SDK: pip install 'loopwarden[openai-agents]'"
+        "streams.gateway.adapters.openai_agents needs the OpenAI Agents SDK: pip install 'loopwarden[openai-agents]'"
     ) from exc
 
 import msgspec
 
 from detectors.errors import LoopwardenError
 from detectors.wire import Decision
-from streams.client import GatewayClient
+from streams.gateway.client import GatewayClient
 
 from . import RunStopped, as_result, params_of, stops_run, text_of, with_warning
 

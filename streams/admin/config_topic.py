@@ -46,9 +46,9 @@ import json5
 from detectors import ConfigError, DetectionConfig, load_config
 from detectors.canonical import canon_exact
 
-from . import connect
-from .errors import BrokerError, SettingsError, broker_error
-from .settings import Settings
+from ..gateway import connection
+from ..gateway.errors import BrokerError, SettingsError, broker_error
+from ..gateway.settings import Settings
 
 log = logging.getLogger("loopwarden.configs")
 
@@ -126,7 +126,7 @@ class ConfigHistory:
 
 
 def _consumer(s: Settings) -> Any:
-    return connect.reader(s)
+    return connection.reader(s)
 
 
 async def publish_config(
@@ -146,10 +146,10 @@ async def publish_config(
         (warn or (lambda m: log.warning("%s: %s", source, m)))(w)
     created = settings.config_topic in await create_topics(settings)
     try:
-        producer = AIOKafkaProducer(**connect.client_kwargs(settings), acks="all", enable_idempotence=True)
+        producer = AIOKafkaProducer(**connection.client_kwargs(settings), acks="all", enable_idempotence=True)
     except ValueError as exc:
         raise SettingsError(f"cannot connect with these settings: {exc}") from None
-    await connect.start(producer, settings)
+    await connection.start(producer, settings)
     topic = settings.config_topic
     quiet = _NewTopicRetries()
     if created:
@@ -203,7 +203,7 @@ async def read_configs(settings: Settings, timeout: float = READ_TIMEOUT_S) -> C
 
     history = ConfigHistory()
     consumer = _consumer(settings)
-    await connect.start(consumer, settings)
+    await connection.start(consumer, settings)
     try:
         topic = settings.config_topic
         if topic not in await consumer.topics():
@@ -235,7 +235,7 @@ class ConfigFollower:
         from aiokafka import TopicPartition
 
         self._consumer = _consumer(self.settings)
-        await connect.start(self._consumer, self.settings)
+        await connection.start(self._consumer, self.settings)
         self._tp = TopicPartition(self.settings.config_topic, 0)
         self._consumer.assign([self._tp])
         self._consumer.seek(self._tp, self.history.next_offset)

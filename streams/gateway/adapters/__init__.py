@@ -1,8 +1,8 @@
 """loopwarden for agent frameworks: the glue between a framework's tool hook and
-`GatewayClient`, one module per framework.
+`GatewayClient`, one module per framework (`streams.gateway.adapters.<module>`).
 
-    streams.frameworks.langchain      LangChain 1.x agents (`create_agent`)   pip install 'loopwarden[langchain]'
-    streams.frameworks.openai_agents  the OpenAI Agents SDK                   pip install 'loopwarden[openai-agents]'
+    langchain      LangChain 1.x agents (`create_agent`)  pip install 'loopwarden[langchain]'
+    openai_agents  the OpenAI Agents SDK                  pip install 'loopwarden[openai-agents]'
 
 Importing this package needs neither framework; importing one of the modules needs
 that framework (and says which extra to install when it is missing). What the helpers
