@@ -7,6 +7,7 @@ sections 1 and 6). Only text that is not JSON5, or not an object, is a ConfigErr
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import json5
@@ -25,6 +26,39 @@ DEFAULTS: dict[str, Any] = {
 }
 DEFAULT_WINDOW = 3
 DEFAULT_IDLE_TIMEOUT_MS = 24 * 60 * 60 * 1000  # loopwarden.runIdleTimeoutMs (semantics.md section 7)
+BUDGET_FIELDS = ("runTokens", "runCostUsd", "runToolCalls")  # loopwarden.budgets (section 8), in rule order
+BREAKER_DEFAULTS: dict[str, Any] = {"enabled": False, "minRuns": 20, "windowMs": 300000, "coolDownMs": 120000}
+
+
+class ToolBreakerConfig(Struct, frozen=True):
+    """`loopwarden.fleet.toolBreaker` (semantics.md section 9), global only."""
+
+    enabled: bool = False
+    min_runs: int = 20
+    window_ms: int = 300000
+    cool_down_ms: int = 120000
+
+
+class Budgets(Struct, frozen=True):
+    """An agent's run ceilings (semantics.md section 8), in each kind's unit; None: no
+    ceiling. `cost` is in micro-dollars; `cost_usd` the number the config gave."""
+
+    tokens: int | None = None
+    cost: int | None = None
+    calls: int | None = None
+    cost_usd: float | int | None = None
+
+    def ceilings(self) -> tuple[int | None, int | None, int | None]:
+        """(tokens, cost, calls): the order budget kinds are taken in."""
+        return (self.tokens, self.cost, self.calls)
+
+
+NO_BUDGETS = Budgets()
+
+
+def micro_dollars(usd: float) -> int:
+    """`floor(usd * 1000000 + 0.5)`, in IEEE doubles as every language computes it."""
+    return math.floor(float(usd) * 1000000.0 + 0.5)
 
 
 class AgentConfig(Struct, frozen=True):
@@ -50,6 +84,9 @@ class AgentConfig(Struct, frozen=True):
     new_call_detectors: tuple[Detector[CallScan], ...] = ()  # those of call_detectors not `repeats_only`
     plain_call_detectors: tuple[Detector[CallScan], ...] = ()  # those of new_call_detectors not `streak_only`
     result_detectors: tuple[Detector[GuardScan], ...] = ()
+    budgets: Budgets | None = None  # None: no ceiling at all (the common case, checked first)
+    enforce: bool = True  # false: shadow mode (semantics.md section 10)
+    holdout_percent: int = 0  # global: runs held out (section 10)
 
     def switched_on(self, switch: str) -> bool:
         """Whether `tools.loopDetection.detectors.<switch>` is on for this agent."""
@@ -131,6 +168,8 @@ def resolve(
     warnings: list[str],
     own: set[str] | None = None,
     idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
+    own_policy: AgentPolicy | None = None,
+    fleet: FleetPolicy | None = None,
 ) -> AgentConfig:
     """Defaults, fallback and clamping over a merged loopDetection block.
 
@@ -191,12 +230,29 @@ def resolve(
         field = w[len(p) :].split(":", 1)[0]
         if own is None or field in own:
             sink.append(w)
+    policy = own_policy if own_policy is not None else AgentPolicy()
+    fleet = fleet if fleet is not None else FleetPolicy()
+    budgets = policy.budgets
+    breaker = fleet.breaker
     shape = {
         "enabled": enabled,
         **nums,
         "detectors": switches,
         "postCompactionGuard": {"windowSize": window},
-        "loopwarden": {"runIdleTimeoutMs": idle_timeout_ms},
+        "loopwarden": {
+            "runIdleTimeoutMs": idle_timeout_ms,
+            "budgets": {"runTokens": budgets.tokens, "runCostUsd": budgets.cost_usd, "runToolCalls": budgets.calls},
+            "enforce": policy.enforce,
+            "holdoutPercent": fleet.holdout_percent,
+            "fleet": {
+                "toolBreaker": {
+                    "enabled": breaker.enabled,
+                    "minRuns": breaker.min_runs,
+                    "windowMs": breaker.window_ms,
+                    "coolDownMs": breaker.cool_down_ms,
+                }
+            },
+        },
     }
     rolling = enabled is True
     guard = enabled is not False
@@ -218,7 +274,122 @@ def resolve(
         new_call_detectors=tuple(d for d in on_calls if not d.repeats_only),
         plain_call_detectors=tuple(d for d in on_calls if not (d.repeats_only or d.streak_only)),
         result_detectors=tuple(d for d in RESULT_DETECTORS if d.switch is None or switches[d.switch]) if guard else (),
+        budgets=budgets if budgets != NO_BUDGETS else None,
+        enforce=policy.enforce,
+        holdout_percent=fleet.holdout_percent,
     )
+
+
+class AgentPolicy(Struct, frozen=True):
+    """loopwarden's own per-agent fields, resolved: `budgets` and `enforce`."""
+
+    budgets: Budgets = NO_BUDGETS
+    enforce: bool = True
+
+
+class FleetPolicy(Struct, frozen=True):
+    """loopwarden's own global-only fields, resolved: `holdoutPercent` and the breaker."""
+
+    holdout_percent: int = 0
+    breaker: ToolBreakerConfig = ToolBreakerConfig()
+
+
+def _object(v: Any, where: str, warnings: list[str]) -> dict[str, Any]:
+    """v if an object; {} for None; {} with a warning for anything else."""
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        warnings.append(f"{where}: not an object; ignored")
+        return {}
+    return v
+
+
+def _cost_ceiling(v: Any) -> int | None:
+    """runCostUsd's micro-dollar value, or None when it is not a usable ceiling."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    if not math.isfinite(v) or v <= 0 or abs(v) > 1e15:
+        return None
+    micros = micro_dollars(v)
+    return micros if micros >= 1 else None
+
+
+def agent_policy(
+    glob: dict[str, Any], mine: dict[str, Any], where: str, warnings: list[str], own: set[str] | None
+) -> AgentPolicy:
+    """Merge the `loopwarden` block's `budgets` and `enforce`, the agent's over the
+    global one field by field, and check each merged field (semantics.md sections 8, 10).
+    Warnings name only the fields in `own` (those the block at `where` set itself)."""
+    out: list[str] = []
+    gb, mb = glob.get("budgets"), mine.get("budgets")
+    if own is None and gb is not None and not isinstance(gb, dict):
+        warnings.append("loopwarden.budgets: not an object; ignored")
+    if own is not None and mb is not None and not isinstance(mb, dict):
+        warnings.append(f"{where}loopwarden.budgets: not an object; ignored")
+    budgets = {**(gb if isinstance(gb, dict) else {}), **(mb if isinstance(mb, dict) else {})}
+    tokens = calls = cost = None
+    cost_usd = None
+    for name in BUDGET_FIELDS:
+        raw = budgets.get(name)
+        if raw is None:
+            continue
+        if name == "runCostUsd":
+            cost = _cost_ceiling(raw)
+            if cost is None:
+                out.append(f"{name}: {raw!r} is not a positive cost of at least one micro-dollar; no ceiling")
+            else:
+                cost_usd = raw
+        else:
+            val = _positive_int(raw)
+            if val is None:
+                out.append(f"{name}: {raw!r} is not a positive integer; no ceiling")
+            elif name == "runTokens":
+                tokens = val
+            else:
+                calls = val
+    enforce_raw = mine["enforce"] if "enforce" in mine else glob.get("enforce")
+    if enforce_raw is not None and not isinstance(enforce_raw, bool):
+        out.append(f"enforce: {enforce_raw!r} is not true or false; enforcing")
+    for w in out:
+        field = w.split(":", 1)[0]
+        key = "enforce" if field == "enforce" else f"budgets.{field}"
+        if own is None or key in own:
+            warnings.append(f"{where}loopwarden.{key}{w[len(field) :]}")
+    return AgentPolicy(Budgets(tokens, cost, calls, cost_usd), enforce_raw is not False)
+
+
+def fleet_policy(block: dict[str, Any], warnings: list[str]) -> FleetPolicy:
+    """`loopwarden.holdoutPercent` and `loopwarden.fleet.toolBreaker`, global only."""
+    raw = block.get("holdoutPercent")
+    holdout = 0
+    if raw is not None:
+        ok = not isinstance(raw, bool) and isinstance(raw, int | float) and float(raw).is_integer()
+        if ok and 0 <= raw <= 100:
+            holdout = int(raw)
+        else:
+            warnings.append(f"loopwarden.holdoutPercent: {raw!r} is not an integer from 0 to 100; using 0")
+    fleet = _object(block.get("fleet"), "loopwarden.fleet", warnings)
+    tb = _object(fleet.get("toolBreaker"), "loopwarden.fleet.toolBreaker", warnings)
+    vals: dict[str, Any] = {}
+    for name, default in BREAKER_DEFAULTS.items():
+        v = tb.get(name)
+        if v is None:
+            vals[name] = default
+        elif name == "enabled":
+            if not isinstance(v, bool):
+                warnings.append(f"loopwarden.fleet.toolBreaker.enabled: {v!r} is not true or false; using false")
+                v = False
+            vals[name] = v
+        else:
+            n = _positive_int(v)
+            if n is None:
+                warnings.append(
+                    f"loopwarden.fleet.toolBreaker.{name}: {v!r} is not a positive integer; using the default {default}"
+                )
+                n = default
+            vals[name] = n
+    breaker = ToolBreakerConfig(vals["enabled"], vals["minRuns"], vals["windowMs"], vals["coolDownMs"])
+    return FleetPolicy(holdout, breaker)
 
 
 def _norm_id(v: Any) -> str | None:
@@ -228,7 +399,17 @@ def _norm_id(v: Any) -> str | None:
 class DetectionConfig:
     """A loaded config: the resolved config of every listed agent, plus the global one."""
 
-    __slots__ = ("global_config", "_agents", "_default", "warnings", "source", "idle_timeout_ms", "_by_raw_id")
+    __slots__ = (
+        "global_config",
+        "_agents",
+        "_default",
+        "warnings",
+        "source",
+        "idle_timeout_ms",
+        "_by_raw_id",
+        "tool_breaker",
+        "holdout_percent",
+    )
 
     def __init__(self, doc: Any = None, source: str = "<config>") -> None:
         if doc is None:
@@ -239,8 +420,15 @@ class DetectionConfig:
         warnings: list[str] = []
         # One run-idle timeout for the whole config (a run may change agents mid-way).
         self.idle_timeout_ms = idle = _idle_timeout(doc, warnings)
+        lw = doc.get("loopwarden")
+        lw = lw if isinstance(lw, dict) else {}  # not an object: _idle_timeout warned
+        fleet = fleet_policy(lw, warnings)
+        self.holdout_percent = fleet.holdout_percent
+        self.tool_breaker: ToolBreakerConfig | None = fleet.breaker if fleet.breaker.enabled else None
+        """The fleet's tool breaker (semantics.md section 9); None while it is off."""
         base = _block(doc, "", warnings)
-        self.global_config = resolve(base, "", warnings, idle_timeout_ms=idle)
+        glob_policy = agent_policy(lw, {}, "", warnings, None)
+        self.global_config = resolve(base, "", warnings, idle_timeout_ms=idle, own_policy=glob_policy, fleet=fleet)
         self._agents: dict[str, AgentConfig] = {}
         self._by_raw_id: dict[str, AgentConfig] = {}
         self._default: AgentConfig = self.global_config
@@ -256,7 +444,11 @@ class DetectionConfig:
                 continue
             where = f"agents.list[{i}]."
             block = _block(entry, where, warnings)
-            resolved = resolve(_merge(base, block), where, warnings, _own_fields(block), idle)
+            mine = _object(entry.get("loopwarden"), f"{where}loopwarden", warnings)
+            for extra in sorted(set(mine) - {"budgets", "enforce"}):
+                warnings.append(f"{where}loopwarden.{extra}: read only at the top level (per agent: budgets, enforce)")
+            policy = agent_policy(lw, mine, where, warnings, _own_fields(mine))
+            resolved = resolve(_merge(base, block), where, warnings, _own_fields(block), idle, policy, fleet)
             aid = _norm_id(entry.get("id"))
             if aid is not None and aid not in self._agents:
                 self._agents[aid] = resolved

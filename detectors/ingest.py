@@ -12,13 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from msgspec import Struct
+from msgspec import UNSET, Struct
 
 from .config import DetectionConfig
 from .engine import apply
 from .errors import DecodeError, EventError, OversizeError
+from .fingerprint import result_facts
+from .fleet import Breaker, FleetView, ToolBreakerFold
 from .state import RunState
-from .wire import Decision, Event, _encoder, _Event, decode_event
+from .wire import Decision, Event, ToolResult, _encoder, _Event, decode_event
 
 DEFAULT_MAX_EVENT_BYTES = 1 << 20  # wire-format.md: a reader's default limit per event
 _encode = _encoder.encode  # wire.encode, without a Python call around it
@@ -75,6 +77,9 @@ def fold(
     keyed: bool = True,
     load: Callable[[str, Any], RunState | None] | None = None,
     config_for: Callable[[Event], DetectionConfig] | None = None,
+    fleet: FleetView | None = None,
+    breakers: ToolBreakerFold | None = None,
+    opened: Callable[[Breaker], None] | None = None,
 ) -> Iterator[Folded | SetAside]:
     """Fold messages over their runs' states: the one loop every reader runs.
 
@@ -97,7 +102,14 @@ def fold(
     `config_for(event)`, when given, names the config each event is decided under
     instead of `config` (an audit replays each event under the config its recorded
     decision names).
+
+    `fleet` holds the stop orders and breakers calls are judged against (semantics.md
+    section 9). With `breakers`, the tool breaker's rule runs over the failures folded
+    here, in order, and each breaker it opens joins `fleet` (and is passed to `opened`):
+    offline replay opens breakers from its input this way.
     """
+    if breakers is not None and fleet is None:
+        fleet = FleetView()
     states: dict[str, RunState | None] = {}
     get = states.get
     for position, key, value in source:
@@ -135,8 +147,14 @@ def fold(
             # Folding it: apply, and each decision encoded for the wire. A decision that
             # cannot be encoded fails its event here, before its run's state moves on.
             try:
-                after, decisions = apply(before, ev, cfg)
+                after, decisions = apply(before, ev, cfg, fleet)
                 encoded = list(map(_encode, decisions)) if decisions else []
+                if breakers is not None and type(ev) is ToolResult and after is not before:
+                    b = _failure(breakers, ev)
+                    if b is not None:
+                        fleet.put(b)  # type: ignore[union-attr]  # set above whenever breakers is
+                        if opened is not None:
+                            opened(b)
             except EventError:
                 raise
             except Exception as exc:
@@ -151,16 +169,45 @@ def fold(
         yield Folded(position, key, ev, before, after, decisions, encoded)
 
 
-def replay_iter(events: Iterable[Event], config: DetectionConfig) -> Iterator[Decision | SetAside]:
+def _failure(breakers: ToolBreakerFold, ev: ToolResult) -> Breaker | None:
+    """Feed an applied result to the breaker's rule if it is a failure (semantics.md
+    section 9): a ts, an outcome digest, and `error` present or `failed` true."""
+    if ev.ts is None or (ev.error is UNSET and ev.failed is not True):
+        return None
+    tool, _sig, outcome, _unknown = result_facts(ev)
+    if outcome is None:
+        return None
+    return breakers.observe(tool, outcome, ev.ts, ev.run_id, ev.gateway_id)
+
+
+def offline_fleet(
+    config: DetectionConfig, records: Iterable[Any] = ()
+) -> tuple[FleetView | None, ToolBreakerFold | None]:
+    """What an offline fold judges calls against: the given fleet records (stop orders)
+    and, with the tool breaker on, its rule over the input (semantics.md section 9).
+    (None, None) when there is neither, so a fold without fleet costs nothing."""
+    view = FleetView(records)
+    rule = ToolBreakerFold(config.tool_breaker) if config.tool_breaker is not None else None
+    if rule is None and not view.orders and not view.breakers:
+        return None, None
+    return view, rule
+
+
+def replay_iter(
+    events: Iterable[Event], config: DetectionConfig, fleet_records: Iterable[Any] = ()
+) -> Iterator[Decision | SetAside]:
     """The decisions of decoded events, in order, and the events that could not be
-    applied (a stale duplicate), as they occur (`SetAside.position` is the index)."""
-    for out in fold(((i, None, ev) for i, ev in enumerate(events)), config, keyed=False):
+    applied (a stale duplicate), as they occur (`SetAside.position` is the index).
+    `fleet_records`: stop orders (and breakers) to judge calls against, as `--fleet`."""
+    fleet, rule = offline_fleet(config, fleet_records)
+    source = ((i, None, ev) for i, ev in enumerate(events))
+    for out in fold(source, config, keyed=False, fleet=fleet, breakers=rule):
         if isinstance(out, Folded):
             yield from out.decisions
         else:
             yield out
 
 
-def replay(events: Iterable[Event], config: DetectionConfig) -> list[Decision]:
+def replay(events: Iterable[Event], config: DetectionConfig, fleet_records: Iterable[Any] = ()) -> list[Decision]:
     """Every decision the events yield, in order (rejected events yield none)."""
-    return [d for d in replay_iter(events, config) if isinstance(d, Decision)]
+    return [d for d in replay_iter(events, config, fleet_records) if isinstance(d, Decision)]

@@ -50,6 +50,10 @@ class Answer(Struct, frozen=True, array_like=True, gc=False):
     count: int | None = None
     warning_key: str | None = None
     paired_tool_name: str | None = None
+    # Sections 8 to 10 (trailing, so answers stored before them still decode):
+    message: str | None = None  # a message that cannot be rebuilt from the fields above (budgets, fleet)
+    fleet_signal: str | None = None
+    shadow_action: str | None = None  # not None: the decision was not enforced (its action is allow)
 
 
 class RunState(Struct, frozen=True, kw_only=True, gc=False):
@@ -76,6 +80,15 @@ class RunState(Struct, frozen=True, kw_only=True, gc=False):
     (whose entries lie all over memory). Always empty in a stored state (`encode_state`
     moves them first), so a reader that does not know this field, an older worker, finds
     every remembered answer in `answers`."""
+    # Run budgets (semantics.md section 8): what the run used, and the marks warned.
+    tokens: int = 0
+    cost_micros: int = 0
+    calls: int = 0  # tool_call events applied, duplicates not counted
+    budget_marks: tuple[int, int, int] = (0, 0, 0)
+    """The highest mark (0, 80 or 95 percent) warned of tokens, cost and calls."""
+    abort_by: str | None = None
+    """The detector of the run's first abort; None in an aborted run stored before it was
+    kept means the post-compaction guard (the only one that could abort then)."""
 
 
 def remembered(state: RunState) -> tuple[Answer, ...]:

@@ -28,6 +28,7 @@ JS_WHITESPACE = (
 MAX_SAFE_INTEGER = 2**53 - 1  # what every client language holds exactly
 _JS_SPACE_OR_EMPTY = frozenset(JS_WHITESPACE) | {""}
 MAX_DEPTH = 128  # JSON nesting, the event object itself counted as level 1
+MAX_COST_USD = 1e9  # a usage event's cost_usd, from 0 to this
 
 NonEmpty = Annotated[str, Meta(min_length=1)]
 ToolName = Annotated[str, Meta(min_length=1)]  # blank after trimming: refused in decode_event
@@ -61,6 +62,20 @@ class ToolResult(_Event, tag="tool_result", frozen=True):
     error: Any = UNSET
     result_hash: str | UnsetType = UNSET
     unknown_tool_name: str | UnsetType = UNSET
+    failed: bool | UnsetType = UNSET  # privacy mode: the tool failed (semantics.md section 9)
+
+
+Tokens = Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]
+CostUsd = Annotated[float, Meta(ge=0, le=MAX_COST_USD)]
+
+
+class Usage(_Event, tag="usage", frozen=True):
+    """What one model call of the run used (semantics.md section 8)."""
+
+    input_tokens: Tokens = 0
+    output_tokens: Tokens = 0
+    cost_usd: CostUsd = 0.0
+    model: str | None = None
 
 
 class CompactionRetry(_Event, tag="compaction_retry", frozen=True):
@@ -71,20 +86,21 @@ class RunEnd(_Event, tag="run_end", frozen=True):
     pass
 
 
-Event = ToolCall | ToolResult | CompactionRetry | RunEnd
+Event = ToolCall | ToolResult | Usage | CompactionRetry | RunEnd
 
 
-class Decision(Struct, frozen=True, omit_defaults=True, gc=False):
+class Decision(Struct, frozen=True, gc=False):
     """The verdict for one event; field order is the wire order. The engine builds one
-    per call by position (msgspec matches 17 keywords about eight times slower); new
-    fields go at the end, with defaults."""
+    per call by position (msgspec matches 20 keywords about eight times slower); new
+    fields go at the end, with defaults (so decisions recorded before them still decode).
+    Every field is written, but `degraded`, which only a client sets."""
 
     run_id: str
     seq: int
     gateway_id: str
     agent_id: str | None
     tool_call_id: str | None
-    tool_name: str
+    tool_name: str | None  # None: a `usage` event's decision
     ts: int | None
     event_id: str
     action: str
@@ -96,7 +112,10 @@ class Decision(Struct, frozen=True, omit_defaults=True, gc=False):
     paired_tool_name: str | None
     args_hash: str | None
     config_hash: str
-    degraded: bool = False  # set only by a client that gave up waiting (never by a worker)
+    fleet_signal: str | None = None  # the breaker or stop order applied (semantics.md section 9)
+    enforced: bool = True  # false: a run in shadow mode or held out (section 10); action is then allow
+    shadow_action: str | None = None  # when not enforced: what enforcement would have done
+    degraded: bool | UnsetType = UNSET  # True only from a client that gave up waiting (never from a worker)
 
 
 _decoder = msgspec.json.Decoder(Event, float_hook=FLOAT_HOOK)

@@ -78,7 +78,7 @@ def _settings(args: argparse.Namespace) -> settings_mod.Settings:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from .replay import file_size, run_replay
+    from .replay import file_size, read_fleet_file, run_replay
 
     config = _read_config(args.config)
     with contextlib.ExitStack() as files:
@@ -97,7 +97,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         dst = open_file(args.output, "wb", sys.stdout.buffer, "write output")
         dead = open_file(args.dead_letter, "wb", None, "write dead letters to")
         total = None if args.input == "-" else file_size(args.input)
-        report = run_replay(config, src, dst, sys.stderr, dead, args.max_event_bytes, total)
+        fleet = read_fleet_file(args.fleet) if args.fleet else ()
+        report = run_replay(config, src, dst, sys.stderr, dead, args.max_event_bytes, total, fleet)
     if args.stats:
         print(json.dumps(report.as_dict(), indent=None if args.json else 2), file=sys.stderr)
     if report.bad:
@@ -261,6 +262,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", "-o", default="-", metavar="DECISIONS.jsonl", help="where decisions go; - for stdout (default)"
     )
     r.add_argument("--dead-letter", metavar="FILE", help="also write each rejected line here, as JSONL with its error")
+    r.add_argument(
+        "--fleet",
+        metavar="FILE",
+        help="stop orders to judge calls against: a JSONL file of fleet records as on the fleet topic "
+        '({"kind": "stop", "id", "agent_id" | "gateway_id" | "run_id", "from_ts", "until_ts", "reason"}); '
+        "breakers are opened from the input itself when loopwarden.fleet.toolBreaker is enabled",
+    )
     r.add_argument("--stats", action="store_true", help="print counts by action and detector on stderr at the end")
     r.add_argument("--json", action="store_true", help="with --stats: print them as one compact JSON line")
     r.add_argument(

@@ -10,7 +10,9 @@ from operator import attrgetter, methodcaller
 from typing import BinaryIO, TextIO
 
 from detectors import Decision, DetectionConfig
-from detectors.ingest import DEFAULT_MAX_EVENT_BYTES, SetAside, fold
+from detectors.errors import DecodeError, LoopwardenError
+from detectors.fleet import FleetRecord, decode_fleet_record
+from detectors.ingest import DEFAULT_MAX_EVENT_BYTES, SetAside, fold, offline_fleet
 
 from .progress import Progress
 
@@ -49,8 +51,10 @@ def run_replay(
     dead_letter: BinaryIO | None = None,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     total_bytes: int | None = None,
+    fleet_records: tuple[FleetRecord, ...] = (),
 ) -> ReplayReport:
-    """Fold every line of `src` and write the decisions to `dst` as JSONL."""
+    """Fold every line of `src` and write the decisions to `dst` as JSONL. Calls are
+    judged against `fleet_records` (stop orders) and the breakers the input opens."""
     report = ReplayReport()
     progress = Progress("replaying", total_bytes, unit="bytes")
     out: list[bytes] = []  # decisions' JSON not yet written
@@ -84,7 +88,9 @@ def run_replay(
     lines = zip(count(1), repeat(None), map(_strip_newline, src))
     lineno = 0
     try:
-        for folded in fold(lines, config, max_event_bytes=max_event_bytes, keyed=False):
+        fleet, rule = offline_fleet(config, fleet_records)
+        folds = fold(lines, config, max_event_bytes=max_event_bytes, keyed=False, fleet=fleet, breakers=rule)
+        for folded in folds:
             lineno = folded.position
             if type(folded) is SetAside:
                 reason = folded.error.reason
@@ -112,3 +118,21 @@ def file_size(path: str) -> int | None:
         return os.path.getsize(path)
     except OSError:
         return None
+
+
+def read_fleet_file(path: str) -> tuple[FleetRecord, ...]:
+    """The fleet records of a JSONL file (`replay --fleet`), in order; a line that is not
+    one is an error naming the line (an order silently skipped would change decisions)."""
+    records = []
+    try:
+        with open(path, "rb") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    records.append(decode_fleet_record(line))
+                except DecodeError as exc:
+                    raise LoopwardenError(f"{path} line {lineno}: {exc}") from None
+    except OSError as exc:
+        raise LoopwardenError(f"cannot read fleet records {path}: {exc.strerror}") from None
+    return tuple(records)

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from detectors import DetectionConfig, Folded, RunState, SetAside, fold
-from detectors.wire import CompactionRetry, Decision, Event, RunEnd, ToolCall, ToolResult, decode_decision
+from detectors.wire import CompactionRetry, Decision, Event, RunEnd, ToolCall, ToolResult, Usage, decode_decision
 
 ACTIONS = ("allow", "warn", "block", "abort")
 
@@ -615,7 +615,7 @@ class Audit:
             return out
         per: dict[str, dict[str, int]] = {}
         for k, n in self.combos.items():
-            name = k[field] or "(default)"
+            name = k[field] or ("(default)" if field == 0 else "(usage)")  # a usage event's decision has no tool
             per.setdefault(name, dict.fromkeys(ACTIONS, 0))[k[2]] += n
         return dict(sorted(per.items()))
 
@@ -638,7 +638,13 @@ class Audit:
         }
 
 
-_TYPES = {ToolCall: "tool_call", ToolResult: "tool_result", CompactionRetry: "compaction_retry", RunEnd: "run_end"}
+_TYPES = {
+    ToolCall: "tool_call",
+    ToolResult: "tool_result",
+    Usage: "usage",
+    CompactionRetry: "compaction_retry",
+    RunEnd: "run_end",
+}
 
 
 class _Tee:

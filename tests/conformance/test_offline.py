@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, conformance_dir, scenario_files
+from tests.conftest import ROOT, V2_ALL, conformance_dir, scenario_files
 
 CMD = [sys.executable, "-m", "streams.cli", "replay"]
 
@@ -28,14 +28,18 @@ def write_scenario(sc: dict, d) -> tuple:
     return cfg, ev
 
 
-@pytest.mark.parametrize("path", scenario_files(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", scenario_files(V2_ALL), ids=lambda p: p.stem)
 def test_scenario_through_replay_command(path, tmp_path):
     assert path.exists(), f"no conformance scenarios in {conformance_dir()}"
     sc = json.loads(path.read_text())
     cfg, ev = write_scenario(sc, tmp_path)
     out = tmp_path / "decisions.jsonl"
+    fleet = []
+    if sc.get("fleet"):  # stop orders, given as `--fleet FILE` (wire-format.md)
+        (tmp_path / "fleet.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sc["fleet"]))
+        fleet = ["--fleet", str(tmp_path / "fleet.jsonl")]
     p = subprocess.run(
-        CMD + ["--config", str(cfg), "--input", str(ev), "--output", str(out)],
+        CMD + ["--config", str(cfg), "--input", str(ev), "--output", str(out), *fleet],
         capture_output=True,
         text=True,
         timeout=120,
@@ -49,7 +53,13 @@ def test_the_maintainers_checker_agrees():
     tool = ROOT.parent / "shared" / "tools" / "conformance_check.py"
     assert tool.exists(), tool
     p = subprocess.run(
-        [sys.executable, str(tool), f"{sys.executable} -m streams.cli replay", str(conformance_dir())],
+        [
+            sys.executable,
+            str(tool),
+            f"{sys.executable} -m streams.cli replay",
+            str(conformance_dir()),
+            str(conformance_dir() / "v2"),
+        ],
         capture_output=True,
         text=True,
         timeout=600,

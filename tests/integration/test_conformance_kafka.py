@@ -9,7 +9,7 @@ import json
 import pytest
 
 from detectors import DetectionConfig, decode_event, encode, replay
-from tests.conftest import scenario_files
+from tests.conftest import V2_PER_RUN, scenario_files
 from tests.integration.harness import (
     WorkerProcess,
     consume,
@@ -34,7 +34,7 @@ def per_run(decisions: list[dict]) -> dict[str, list[dict]]:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("path", scenario_files(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", scenario_files(V2_PER_RUN), ids=lambda p: p.stem)
 def test_scenario_through_kafka(path, bootstrap, tmp_path, workers):
     assert path.exists(), "no conformance scenarios found"
     sc = json.loads(path.read_text())

@@ -1,0 +1,225 @@
+"""The fleet's signals (semantics.md section 9): stop orders, and the tool breaker's rule.
+
+Everything here is pure and ordered by its input, never by a clock:
+
+- `decode_fleet_record` reads one record of the `loopwarden.fleet` topic (or a line of
+  `replay --fleet FILE`): a `StopOrder` or a `Breaker`, checked as wire-format.md says.
+- `FleetView` is what a call is judged against: the orders and breakers received so far
+  (offline: all the orders of the file, and the breakers the input opened before the
+  call; live: what a worker has read from the fleet topic).
+- `ToolBreakerFold` is the breaker's rule, a fold over failures in event order: each
+  failure either opens a breaker (returned, to be put in a view or published) or not.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+from .config import ToolBreakerConfig
+from .errors import DecodeError
+from .wire import MAX_SAFE_INTEGER, ToolCall
+
+Millis = Annotated[int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
+NonEmpty = Annotated[str, Meta(min_length=1)]
+KEPT_BREAKERS = 16  # per tool: the newest breakers a view keeps (older ones ended long ago)
+
+
+class StopOrder(Struct, frozen=True, kw_only=True, tag_field="kind", tag="stop"):
+    """An operator's order to stop an agent, a gateway or a run over `[from_ts, until_ts)`
+    in event time (`until_ts` None: until lifted). Exactly one target is set."""
+
+    id: NonEmpty
+    agent_id: NonEmpty | None = None
+    gateway_id: NonEmpty | None = None
+    run_id: NonEmpty | None = None
+    from_ts: Millis
+    until_ts: Millis | None = None
+    reason: str
+    issued_by: str | None = None
+
+    def target(self) -> tuple[Literal["agent_id", "gateway_id", "run_id"], str]:
+        if self.agent_id is not None:
+            return "agent_id", self.agent_id
+        if self.gateway_id is not None:
+            return "gateway_id", self.gateway_id
+        assert self.run_id is not None  # decode_fleet_record checked there is one
+        return "run_id", self.run_id
+
+    def in_force(self, ts: int) -> bool:
+        return self.from_ts <= ts and (self.until_ts is None or ts < self.until_ts)
+
+
+class Breaker(Struct, frozen=True, kw_only=True, tag_field="kind", tag="breaker"):
+    """An open tool breaker: calls of `tool_name` in `[from_ts, until_ts)` are blocked."""
+
+    id: NonEmpty
+    tool_name: NonEmpty
+    outcome: NonEmpty
+    from_ts: Millis
+    until_ts: Millis
+    runs: int
+    gateways: int
+    window_ms: int
+
+
+FleetRecord = StopOrder | Breaker
+_decoder = msgspec.json.Decoder(FleetRecord)
+_encoder = msgspec.json.Encoder()
+
+
+def decode_fleet_record(data: bytes | str) -> FleetRecord:
+    """One fleet record; DecodeError naming the problem (an unknown kind, a stop order
+    without a target or with two, a wrong type)."""
+    try:
+        rec = _decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise DecodeError(f"not a fleet record: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"not a fleet record: invalid JSON: {exc}") from None
+    if isinstance(rec, StopOrder):
+        targets = [n for n in ("agent_id", "gateway_id", "run_id") if getattr(rec, n) is not None]
+        if len(targets) != 1:
+            named = ", ".join(targets) if targets else "none"
+            raise DecodeError(
+                f"stop order {rec.id!r} must name exactly one of agent_id, gateway_id, run_id (it names {named})"
+            )
+        if rec.until_ts is not None and rec.until_ts < rec.from_ts:
+            raise DecodeError(f"stop order {rec.id!r}: until_ts {rec.until_ts} is before from_ts {rec.from_ts}")
+    return rec
+
+
+def encode_fleet_record(rec: FleetRecord) -> bytes:
+    return _encoder.encode(rec)
+
+
+def _norm(agent_id: str) -> str:
+    return agent_id.strip().lower()
+
+
+class FleetView:
+    """The stop orders and breakers a call is judged against (semantics.md section 9).
+
+    `orders` and `breakers` are empty in the common case; the engine tests them before
+    asking anything, so a quiet fleet costs one truth test per call."""
+
+    __slots__ = ("orders", "breakers", "_by_target")
+
+    def __init__(self, records: Any = ()) -> None:
+        self.orders: dict[str, StopOrder] = {}
+        self.breakers: dict[str, list[Breaker]] = {}
+        self._by_target: dict[tuple[str, str], dict[str, StopOrder]] = {}
+        for rec in records:
+            self.put(rec)
+
+    def put(self, rec: FleetRecord) -> None:
+        """Take a record: a later stop order with the same id replaces the earlier one (a
+        lift), a breaker joins its tool's list."""
+        if isinstance(rec, StopOrder):
+            old = self.orders.pop(rec.id, None)
+            if old is not None:
+                self._target_index(old).pop(old.id, None)
+            self.orders[rec.id] = rec
+            self._target_index(rec)[rec.id] = rec
+            return
+        kept = self.breakers.setdefault(rec.tool_name, [])
+        kept[:] = [b for b in kept if b.id != rec.id]
+        kept.append(rec)
+        if len(kept) > KEPT_BREAKERS:
+            del kept[0]
+
+    def _target_index(self, order: StopOrder) -> dict[str, StopOrder]:
+        field, value = order.target()
+        if field == "agent_id":
+            value = _norm(value)
+        return self._by_target.setdefault((field, value), {})
+
+    def stop_for(self, ev: ToolCall) -> StopOrder | None:
+        """The stop order in force at the call's ts that matches it (among several, the
+        smallest id in code-point order); None for a call without ts."""
+        ts = ev.ts
+        if ts is None or not self.orders:
+            return None
+        found: StopOrder | None = None
+        keys = [("run_id", ev.run_id), ("gateway_id", ev.gateway_id)]
+        if ev.agent_id is not None:
+            keys.append(("agent_id", _norm(ev.agent_id)))
+        for key in keys:
+            for order in self._by_target.get(key, {}).values():
+                if order.in_force(ts) and (found is None or order.id < found.id):
+                    found = order
+        return found
+
+    def breaker_for(self, tool: str, ts: int | None) -> Breaker | None:
+        """The breaker of `tool` (normalized) whose interval holds `ts`, the newest if several."""
+        if ts is None:
+            return None
+        for b in reversed(self.breakers.get(tool, ())):
+            if b.from_ts <= ts < b.until_ts:
+                return b
+        return None
+
+
+class ToolBreakerFold:
+    """The tool breaker's rule over failures in event order (semantics.md section 9).
+
+    Per (tool, outcome) it keeps the failures of the last two windows (by the newest ts
+    seen): a failure older than that could count only for a failure that arrives later
+    with a ts more than a window older than the newest, which gateways' clocks would have
+    to disagree by; past that the rule is exact."""
+
+    __slots__ = ("config", "_failures", "_newest", "_last_end", "_open")
+
+    def __init__(self, config: ToolBreakerConfig) -> None:
+        self.config = config
+        self._failures: dict[tuple[str, str], deque[tuple[int, str, str]]] = {}
+        self._newest: dict[tuple[str, str], int] = {}
+        self._last_end: dict[str, int] = {}  # tool -> until_ts of its last breaker
+        self._open: dict[str, list[tuple[int, int]]] = {}  # tool -> intervals of its breakers (newest last)
+
+    def observe(self, tool: str, outcome: str, ts: int, run_id: str, gateway_id: str) -> Breaker | None:
+        """Take one failure; the breaker it opens, if any."""
+        cfg = self.config
+        key = (tool, outcome)
+        window = self._failures.get(key)
+        if window is None:
+            window = self._failures[key] = deque()
+        window.append((ts, run_id, gateway_id))
+        newest = self._newest.get(key)
+        if newest is None or ts > newest:
+            newest = self._newest[key] = ts
+        horizon = newest - 2 * cfg.window_ms
+        while window and window[0][0] <= horizon:
+            window.popleft()
+        intervals = self._open.get(tool, ())
+        for start, end in intervals:
+            if start <= ts < end:
+                return None  # T has an open breaker at t
+        low = max(ts - cfg.window_ms, self._last_end.get(tool, ts - cfg.window_ms) - 1)
+        runs: set[str] = set()
+        gateways: set[str] = set()
+        for f_ts, f_run, f_gw in window:
+            if low < f_ts <= ts:
+                runs.add(f_run)
+                gateways.add(f_gw)
+        if len(runs) < cfg.min_runs:
+            return None
+        until = ts + cfg.cool_down_ms
+        self._last_end[tool] = until
+        kept = self._open.setdefault(tool, [])
+        kept.append((ts, until))
+        if len(kept) > KEPT_BREAKERS:
+            del kept[0]
+        return Breaker(
+            id=f"{tool}:{outcome}:{ts}",
+            tool_name=tool,
+            outcome=outcome,
+            from_ts=ts,
+            until_ts=until,
+            runs=len(runs),
+            gateways=len(gateways),
+            window_ms=cfg.window_ms,
+        )
