@@ -105,10 +105,7 @@ def stop(oid: str, **target) -> dict:
 def decide_with_fleet(events: list[dict], config: dict, fleet: list[dict]) -> list[dict]:
     recs = [decode_fleet_record(json.dumps(r)) for r in fleet]
     cfg = DetectionConfig(config)
-    return [
-        json.loads(d.__class__.__module__ and __import__("msgspec").json.encode(d))
-        for d in replay([decode_event(json.dumps(e)) for e in events], cfg, recs)
-    ]
+    return [json.loads(encode(d)) for d in replay([decode_event(json.dumps(e)) for e in events], cfg, recs)]
 
 
 def test_stop_orders_are_always_enforced_even_in_shadow_and_the_smallest_id_wins():
