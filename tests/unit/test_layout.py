@@ -31,6 +31,57 @@ def test_the_client_and_the_core_import_no_worker_package():
     assert not loaded & set(WORKER_ONLY), f"the gateway library loads worker packages: {loaded & set(WORKER_ONLY)}"
 
 
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports anywhere in it (functions and TYPE_CHECKING blocks
+    included), relative imports made absolute; `from a import b` counts as a and a.b."""
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found.add(module)
+            found.update(f"{module}.{a.name}" for a in node.names)
+    return found
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_never_the_gateway_library_imports_the_worker_audit_tools_admin_or_commands():
+    # The gateway package is what a gateway installs and loads: of the shell it may use
+    # only itself, and none of the worker's third-party packages.
+    forbidden = ("streams.worker", "streams.audit", "streams.tools", "streams.admin", "streams.cli", *WORKER_ONLY)
+    files = sorted((ROOT / "streams" / "gateway").rglob("*.py"))
+    seen = set()
+    for path in files:
+        for module in imported_modules(path):
+            seen.add(module)
+            where = f"{path.relative_to(ROOT)} imports {module}"
+            assert not _within(module, forbidden), where
+            assert not module.startswith("streams.") or _within(module, ("streams.gateway",)), where
+    assert {"streams.gateway.errors", "streams.gateway.client", "aiokafka", "detectors.wire"} <= seen  # a real scan
+
+
+def test_nothing_in_the_project_imports_the_deprecated_paths():
+    # streams.client and streams.frameworks only hand on the gateway package's names, for
+    # users' code (tests/unit/test_deprecated_paths.py); the project itself uses the new paths.
+    shims = {ROOT / "streams" / "client.py", *(ROOT / "streams" / "frameworks").glob("*.py")}
+    files = [p for d in ("streams", "tests", "benchmarks", "examples") for p in (ROOT / d).rglob("*.py")]
+    assert len(files) > 100
+    for path in set(files) - shims:
+        old = {m for m in imported_modules(path) if _within(m, ("streams.client", "streams.frameworks"))}
+        assert not old, f"{path.relative_to(ROOT)} imports {sorted(old)}"
+
+
 def test_a_replay_starts_without_kafka_or_logging(tmp_path):
     # `loopwarden replay` is timed against a floor that imports next to nothing: what it
     # needs no client, event loop or logging for stays unloaded (each costs start-up time).

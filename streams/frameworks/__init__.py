@@ -1,0 +1,14 @@
+"""Deprecated: the framework adapters are `streams.gateway.adapters` now. This package
+hands their names on, for one release."""
+
+import warnings
+
+from streams.gateway.adapters import RunStopped, as_result, params_of, stops_run, text_of, with_warning
+
+warnings.warn(
+    "streams.frameworks is deprecated: import from streams.gateway.adapters instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
+
+__all__ = ["RunStopped", "as_result", "params_of", "stops_run", "text_of", "with_warning"]
