@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import enum
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -125,15 +126,62 @@ def cmd_topics(args: argparse.Namespace) -> int:
     s = _settings(args)
     import asyncio  # here, not at the top: `replay` starts faster without it
 
-    from .admin.topics import create_topics
+    from .admin.topics import create_topics, topic_specs
 
     created = asyncio.run(create_topics(s))
-    names = [s.events_topic, s.decisions_topic, s.deadletter_topic, s.changelog_topic, s.config_topic]
+    names = [name for name, _, _ in topic_specs(s)]
     if args.json:
         print(json.dumps({"created": created, "topics": names}))
     else:
         for n in names:
             print(f"{n}: {'created' if n in created else 'exists'}")
+    return ExitCode.OK
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    import asyncio
+    import time
+
+    from .admin import fleet_topic
+    from .times import parse_duration, parse_from
+
+    s = _settings(args)
+    now_ms = int(time.time() * 1000)
+    if args.list:
+        ledger = asyncio.run(fleet_topic.read_fleet(s))
+        rows = [fleet_topic.describe(r, now_ms) for r in ledger.records.values()]
+        if args.json:
+            print(json.dumps(rows))
+        for r in [] if args.json else rows:
+            target = next((f"{k}={r[k]}" for k in ("agent_id", "gateway_id", "run_id", "tool_name") if r.get(k)), "")
+            print(f"{r['kind']:8} {r['id']}  {target}  {r['state']}  {r.get('reason') or ''}".rstrip())
+        return ExitCode.OK
+    if args.lift:
+        ledger = asyncio.run(fleet_topic.read_fleet(s))
+        old = ledger.records.get(args.lift)
+        if old is None or old.__class__.__name__ != "StopOrder":
+            raise LoopwardenError(
+                f"no stop order {args.lift!r} on {s.fleet_topic} (`loopwarden stop --list` lists them)"
+            )
+        order = fleet_topic.lifted(old, now_ms)  # type: ignore[arg-type]  # a StopOrder, checked above
+    else:
+        start = parse_from(args.from_time, now_ms / 1000, "--from")
+        if start == "beginning":
+            raise LoopwardenError("--from: give a time (or leave it out: now)")
+        from_ms = now_ms if start == "now" else int(float(start) * 1000)
+        until = None if args.duration is None else from_ms + int(parse_duration(args.duration, "--for") * 1000)
+        order = fleet_topic.make_order(
+            agent_id=args.agent,
+            gateway_id=args.gateway,
+            run_id=args.run,
+            from_ts=from_ms,
+            until_ts=until,
+            reason=args.reason or "",
+            issued_by=args.issued_by or os.environ.get("USER"),
+            order_id=fleet_topic.new_order_id(now_ms),
+        )
+    asyncio.run(fleet_topic.publish_records(s, [order]))
+    print(json.dumps(fleet_topic.describe(order, now_ms)) if args.json else order.id)
     return ExitCode.OK
 
 
@@ -421,6 +469,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     au._negative_number_matcher = RELATIVE_TIME  # `--from -2h`: a value, as for top
     au.set_defaults(func=cmd_audit)
+
+    st = sub.add_parser(
+        "stop",
+        help="stop an agent, a gateway or a run fleet-wide (a stop order); lift or list orders",
+        description="Publish a stop order to the fleet topic (<prefix>fleet, compacted): every tool call that "
+        "names the agent, gateway or run, with a ts within [--from, --from + --for), is answered abort "
+        "(detector operator_stop, the reason as its message), and its run stays aborted. Workers apply an order "
+        "within about a second. Prints the order's id. --lift ID ends an order now (a run it aborted stays "
+        "aborted); --list prints every order and breaker on the topic with its state.",
+    )
+    target = st.add_mutually_exclusive_group()
+    target.add_argument("--agent", metavar="AGENT", help="stop every run of this agent (agent_id, case-insensitive)")
+    target.add_argument("--gateway", metavar="GATEWAY", help="stop every run on this gateway (gateway_id)")
+    target.add_argument("--run", metavar="RUN", help="stop this run (run_id)")
+    target.add_argument("--lift", metavar="ID", help="end the stop order ID now")
+    target.add_argument("--list", action="store_true", help="list the stop orders and breakers on the fleet topic")
+    st.add_argument("--reason", help="why: the message the stopped agent sees (required for a new order)")
+    st.add_argument(
+        "--from",
+        dest="from_time",
+        metavar="TIME",
+        help="when the order starts (event time): ISO-8601 or -10m; default now",
+    )
+    st.add_argument(
+        "--for", dest="duration", metavar="DURATION", help="how long it lasts (30m, 2h); default until lifted"
+    )
+    st.add_argument(
+        "--issued-by", default=None, metavar="WHO", help="who issued it, kept in the order (default: $USER)"
+    )
+    st.add_argument("--json", action="store_true", help="print JSON (the order, or the list)")
+    _worker_flags(st)
+    st._negative_number_matcher = RELATIVE_TIME  # `--from -10m`: a value
+    st.set_defaults(func=cmd_stop)
 
     cf = sub.add_parser(
         "config",

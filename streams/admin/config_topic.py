@@ -32,11 +32,9 @@ has kept:
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,15 +44,14 @@ import json5
 from detectors import ConfigError, DetectionConfig, load_config
 from detectors.canonical import canon_exact
 
-from ..gateway import connection
-from ..gateway.errors import BrokerError, SettingsError, broker_error
 from ..gateway.settings import Settings
+from . import compacted
+from .compacted import READ_TIMEOUT_S
 
 log = logging.getLogger("loopwarden.configs")
 
 CURRENT = b"current"  # the key of the record naming the current config
 SOURCE_HEADER = "loopwarden.source"
-READ_TIMEOUT_S = 30.0
 
 
 def _document(text: bytes, source: str = "<config>") -> Any:
@@ -125,19 +122,12 @@ class ConfigHistory:
             log.warning("skipping an unreadable record (key %r) at %s: %s", key, where, exc)
 
 
-def _consumer(s: Settings) -> Any:
-    return connection.reader(s)
-
-
 async def publish_config(
     settings: Settings, text: bytes, source: str, warn: Callable[[str], None] | None = None
 ) -> str:
     """Validate `text` (a ConfigError is raised as it is; each warning of the load goes
     to `warn`, or to the log), publish it under its id, then make it current. Returns
     the id. The topics are created first if missing (as a worker does at start)."""
-    from aiokafka import AIOKafkaProducer
-    from aiokafka.errors import KafkaError
-
     from .topics import create_topics
 
     config = load_config(text, source=source)
@@ -145,113 +135,25 @@ async def publish_config(
     for w in config.warnings:
         (warn or (lambda m: log.warning("%s: %s", source, m)))(w)
     created = settings.config_topic in await create_topics(settings)
-    try:
-        producer = AIOKafkaProducer(**connection.client_kwargs(settings), acks="all", enable_idempotence=True)
-    except ValueError as exc:
-        raise SettingsError(f"cannot connect with these settings: {exc}") from None
-    await connection.start(producer, settings)
-    topic = settings.config_topic
-    quiet = _NewTopicRetries()
-    if created:
-        logging.getLogger("aiokafka.producer.sender").addFilter(quiet)
-    try:
-        await producer.send_and_wait(
-            topic, text, key=cid.encode(), partition=0, headers=[(SOURCE_HEADER, source.encode("utf-8", "replace"))]
-        )
-        await producer.send_and_wait(topic, json.dumps({"config": cid}).encode(), key=CURRENT, partition=0)
-    except KafkaError as exc:
-        raise broker_error(exc, settings) from None
-    finally:
-        logging.getLogger("aiokafka.producer.sender").removeFilter(quiet)
-        await producer.stop()
+    source_header = [(SOURCE_HEADER, source.encode("utf-8", "replace"))]
+    current = json.dumps({"config": cid}).encode()
+    records = [(cid.encode(), text, source_header), (CURRENT, current, [])]
+    await compacted.publish(settings, settings.config_topic, records, quiet=created)
     return cid
-
-
-class _NewTopicRetries(logging.Filter):
-    """Drops aiokafka's warning for a produce retried because a topic created a moment ago
-    has no leader ready yet (the retry succeeds; the command prints nothing about it)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args if isinstance(record.args, tuple) else ()
-        return not (
-            record.msg.startswith("Got error produce response on topic-partition")
-            and any(getattr(a, "__name__", "") == "NotLeaderForPartitionError" for a in args)
-        )
-
-
-async def _read_to(consumer: Any, tp: Any, history: ConfigHistory, end: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while history.next_offset < end:
-        if time.monotonic() > deadline:
-            raise BrokerError(
-                f"{tp.topic} was not read to its end offset {end} within {timeout:.0f} s (at {history.next_offset})"
-            )
-        got = await consumer.getmany(tp, timeout_ms=500)
-        for m in got.get(tp, []):
-            history.add(m.key, m.value, m.headers, f"{tp.topic}@{m.offset}")
-            history.next_offset = m.offset + 1
-        # Compaction leaves gaps, and the last offsets may be transaction markers or
-        # removed records: the consumer's position is where the read really is.
-        history.next_offset = max(history.next_offset, await consumer.position(tp))
 
 
 async def read_configs(settings: Settings, timeout: float = READ_TIMEOUT_S) -> ConfigHistory:
     """Every record of the config topic up to its end offset at the time of the call. A
     topic that does not exist gives an empty history; an unreadable record is skipped."""
-    from aiokafka import TopicPartition
-    from aiokafka.errors import KafkaError
-
     history = ConfigHistory()
-    consumer = _consumer(settings)
-    await connection.start(consumer, settings)
-    try:
-        topic = settings.config_topic
-        if topic not in await consumer.topics():
-            return history
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
-        await consumer.seek_to_beginning(tp)
-        history.next_offset = await consumer.position(tp)
-        await _read_to(consumer, tp, history, end, timeout)
-    except KafkaError as exc:
-        raise broker_error(exc, settings) from None
-    finally:
-        await consumer.stop()
+    await compacted.read_whole(settings, settings.config_topic, history, timeout)
     return history
 
 
-class ConfigFollower:
+class ConfigFollower(compacted.Follower):
     """Follows the config topic from where a `read_configs` stopped (`history.next_offset`),
     adding each new record to `history`. One consumer, no group, one partition."""
 
     def __init__(self, settings: Settings, history: ConfigHistory) -> None:
-        self.settings = settings
+        super().__init__(settings, settings.config_topic, history, "the config topic")
         self.history = history
-        self._consumer: Any = None
-        self._tp: Any = None
-
-    async def start(self) -> None:
-        from aiokafka import TopicPartition
-
-        self._consumer = _consumer(self.settings)
-        await connection.start(self._consumer, self.settings)
-        self._tp = TopicPartition(self.settings.config_topic, 0)
-        self._consumer.assign([self._tp])
-        self._consumer.seek(self._tp, self.history.next_offset)
-
-    async def poll(self, timeout_s: float = 1.0) -> bool:
-        """Wait up to `timeout_s` for new records; whether any was taken in."""
-        got = await self._consumer.getmany(self._tp, timeout_ms=int(timeout_s * 1000))
-        msgs = got.get(self._tp, [])
-        for m in msgs:
-            self.history.add(m.key, m.value, m.headers, f"{self._tp.topic}@{m.offset}")
-            self.history.next_offset = m.offset + 1
-        return bool(msgs)
-
-    async def stop(self) -> None:
-        if self._consumer is not None:
-            try:
-                await asyncio.wait_for(self._consumer.stop(), 5.0)
-            except Exception as exc:  # a consumer that cannot reach its broker
-                log.warning("the config topic's consumer did not stop cleanly: %r", exc)

@@ -9,8 +9,32 @@ from __future__ import annotations
 from ..gateway.settings import Settings
 
 
+def topic_specs(s: Settings) -> list[tuple[str, int, dict[str, str]]]:
+    """Every topic a deployment needs: (name, partitions, topic configs)."""
+    # The changelog gets one record per touched run per flush; compaction (one record a
+    # run) only reaches closed segments, and Kafka's default segment (1 GiB or 7 days)
+    # closes too rarely, so a recovering worker would read every write ever made
+    # (benchmarks/recovery.py: 500,938 records for 100,000 runs, about 4,400 a second).
+    compacted = {"cleanup.policy": "compact", "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"}
+    return [
+        (s.events_topic, s.partitions, {"cleanup.policy": "delete"}),
+        (s.decisions_topic, s.partitions, {"cleanup.policy": "delete"}),
+        (s.deadletter_topic, s.partitions, {"cleanup.policy": "delete"}),
+        (s.changelog_topic, s.partitions, compacted),
+        # The detection configs by id and the current one (streams/admin/config_topic.py): one
+        # partition, so every reader sees a config before the `current` record naming it.
+        (s.config_topic, 1, compacted),
+        # Breakers and stop orders by id (streams/admin/fleet_topic.py): one partition, read
+        # whole by every worker; alerts: one partition, few records, read in order.
+        (s.fleet_topic, 1, compacted),
+        (s.alerts_topic, 1, {"cleanup.policy": "delete"}),
+        # Tool failures keyed by tool name, for the fleet's breaker stage (streams/worker/fleet.py).
+        (s.failures_topic, s.partitions, {"cleanup.policy": "delete"}),
+    ]
+
+
 async def create_topics(s: Settings) -> list[str]:
-    """Create the events, decisions, dead-letter, changelog and config topics; existing ones are kept.
+    """Create the topics of `topic_specs` that do not exist yet; existing ones are kept.
 
     A broker that cannot be reached, refuses the login or presents a certificate the CA
     does not vouch for is a BrokerError that says which (see errors.broker_error)."""
@@ -20,20 +44,7 @@ async def create_topics(s: Settings) -> list[str]:
     from ..gateway import connection
     from ..gateway.errors import SettingsError, broker_error
 
-    # The changelog gets one record per touched run per flush; compaction (one record a
-    # run) only reaches closed segments, and Kafka's default segment (1 GiB or 7 days)
-    # closes too rarely, so a recovering worker would read every write ever made
-    # (benchmarks/recovery.py: 500,938 records for 100,000 runs, about 4,400 a second).
-    compacted = {"cleanup.policy": "compact", "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"}
-    specs = [
-        (s.events_topic, s.partitions, {"cleanup.policy": "delete"}),
-        (s.decisions_topic, s.partitions, {"cleanup.policy": "delete"}),
-        (s.deadletter_topic, s.partitions, {"cleanup.policy": "delete"}),
-        (s.changelog_topic, s.partitions, compacted),
-        # The detection configs by id and the current one (streams/admin/config_topic.py): one
-        # partition, so every reader sees a config before the `current` record naming it.
-        (s.config_topic, 1, compacted),
-    ]
+    specs = topic_specs(s)
     kw = connection.client_kwargs(s)
     try:
         admin = AIOKafkaAdminClient(**kw)

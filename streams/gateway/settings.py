@@ -76,6 +76,21 @@ class Settings:
         return f"{self.topic_prefix}config"
 
     @property
+    def fleet_topic(self) -> str:
+        """Breakers and stop orders (semantics.md section 9; streams/admin/fleet_topic.py)."""
+        return f"{self.topic_prefix}fleet"
+
+    @property
+    def alerts_topic(self) -> str:
+        """Alerts for operators (wire-format.md, "Fleet signals and alerts")."""
+        return f"{self.topic_prefix}alerts"
+
+    @property
+    def failures_topic(self) -> str:
+        """Tool failures keyed by tool name: the input of the fleet's tool breaker stage."""
+        return f"{self.topic_prefix}failures"
+
+    @property
     def app_id(self) -> str:
         return f"{self.topic_prefix}worker"
 

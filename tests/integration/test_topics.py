@@ -1,4 +1,4 @@
-"""`loopwarden topics create` makes the four topics with their cleanup policies, once."""
+"""`loopwarden topics create` makes every topic with their cleanup policies, once."""
 
 from __future__ import annotations
 
@@ -62,4 +62,7 @@ def test_topics_create_is_idempotent_and_sets_cleanup_policies(bootstrap):
         f"{prefix}deadletter": (3, "delete"),
         f"{prefix}worker-runs-changelog": (3, "compact"),
         f"{prefix}config": (1, "compact"),
+        f"{prefix}fleet": (1, "compact"),
+        f"{prefix}alerts": (1, "delete"),
+        f"{prefix}failures": (3, "delete"),
     }
