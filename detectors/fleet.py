@@ -223,3 +223,38 @@ class ToolBreakerFold:
             gateways=len(gateways),
             window_ms=cfg.window_ms,
         )
+
+
+class ToolWindow(Struct, frozen=True, array_like=True):
+    """One tool's part of the breaker's state, as a fleet stage stores it (in a table
+    keyed by tool name): its failures by outcome, the newest ts seen per outcome, the end
+    of its last breaker and the intervals of its breakers."""
+
+    failures: dict[str, list[tuple[int, str, str]]]
+    newest: dict[str, int]
+    last_end: int | None
+    intervals: list[tuple[int, int]]
+
+
+_window_encoder = msgspec.msgpack.Encoder()
+_window_decoder = msgspec.msgpack.Decoder(ToolWindow)
+
+
+def export_tool(rule: ToolBreakerFold, tool: str) -> bytes:
+    """The rule's state for `tool`, encoded (what `import_tool` takes back)."""
+    failures = {o: list(w) for (t, o), w in rule._failures.items() if t == tool}
+    newest = {o: ts for (t, o), ts in rule._newest.items() if t == tool}
+    window = ToolWindow(failures, newest, rule._last_end.get(tool), list(rule._open.get(tool, ())))
+    return _window_encoder.encode(window)
+
+
+def import_tool(rule: ToolBreakerFold, tool: str, data: bytes) -> None:
+    """Put a state `export_tool` encoded back into `rule` (a recovering fleet stage)."""
+    w = _window_decoder.decode(data)
+    for outcome, items in w.failures.items():
+        rule._failures[(tool, outcome)] = deque(tuple(i) for i in items)  # type: ignore[misc]
+    for outcome, ts in w.newest.items():
+        rule._newest[(tool, outcome)] = ts
+    if w.last_end is not None:
+        rule._last_end[tool] = w.last_end
+    rule._open[tool] = [tuple(i) for i in w.intervals]  # type: ignore[misc]

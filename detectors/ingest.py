@@ -169,15 +169,22 @@ def fold(
         yield Folded(position, key, ev, before, after, decisions, encoded)
 
 
-def _failure(breakers: ToolBreakerFold, ev: ToolResult) -> Breaker | None:
-    """Feed an applied result to the breaker's rule if it is a failure (semantics.md
-    section 9): a ts, an outcome digest, and `error` present or `failed` true."""
+def failure_of(ev: ToolResult) -> tuple[str, str, int, str, str] | None:
+    """An applied, non-duplicate result as a failure for the tool breaker, (tool, outcome,
+    ts, run_id, gateway_id), or None: a failure has a ts, an outcome digest, and `error`
+    present or `failed` true (semantics.md section 9)."""
     if ev.ts is None or (ev.error is UNSET and ev.failed is not True):
         return None
     tool, _sig, outcome, _unknown = result_facts(ev)
     if outcome is None:
         return None
-    return breakers.observe(tool, outcome, ev.ts, ev.run_id, ev.gateway_id)
+    return tool, outcome, ev.ts, ev.run_id, ev.gateway_id
+
+
+def _failure(breakers: ToolBreakerFold, ev: ToolResult) -> Breaker | None:
+    """Feed an applied result to the breaker's rule if it is a failure."""
+    f = failure_of(ev)
+    return breakers.observe(*f) if f is not None else None
 
 
 def offline_fleet(

@@ -17,7 +17,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 from detectors import DetectionConfig, LoopwardenError
 
 from ..admin.config_topic import ConfigFollower, ConfigHistory, config_id
+from ..admin.fleet_topic import FleetLedger, read_fleet
 from ..gateway.settings import Settings, read_detection_config
+from . import fleet as fleet_stage
 from . import watchdog
 from .batches import BatchLoop
 from .delivery import DeliveryWatch
@@ -53,7 +55,10 @@ def _credentials(s: Settings):
 
 
 def create_app(
-    settings: Settings, config: DetectionConfig | None = None, history: ConfigHistory | None = None
+    settings: Settings,
+    config: DetectionConfig | None = None,
+    history: ConfigHistory | None = None,
+    fleet: FleetLedger | None = None,
 ) -> faust.App:
     """The worker app: one agent over the events topic, one table of run states.
 
@@ -164,6 +169,10 @@ def create_app(
 
     batches.config_id = config_now
     app.batches = batches  # run_worker and /health read its failure
+    # The fleet (semantics.md section 9): stop orders and breakers received, the breaker stage.
+    ledger = fleet if fleet is not None else FleetLedger()
+    batches.fleet = ledger.view
+    fleet_stage.install(app, settings, ledger, lambda: batches.config, metrics)
 
     if following:
         follower = ConfigFollower(settings, history)  # type: ignore[arg-type]
@@ -337,8 +346,10 @@ def run_worker(settings: Settings) -> None:
     # Without --config the worker follows the config topic: it is read to its end now,
     # before the app exists, so the first event folded is decided under the current config.
     history = None if settings.config else asyncio.run(read_configs(settings))
-    app = create_app(settings, history=history)
     created = asyncio.run(create_topics(settings))  # idempotent: a fresh cluster needs no extra step
+    # The fleet topic, read to its end before the first batch: a stop order in force is
+    # applied to the first call folded.
+    app = create_app(settings, history=history, fleet=asyncio.run(read_fleet(settings)))
     if created:
         log.warning("created topics %s", ", ".join(created))
     worker = _Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)

@@ -26,9 +26,11 @@ from typing import Any, NamedTuple, Protocol
 from mode import Service
 
 from detectors import DetectionConfig, EventError
+from detectors.fleet import FleetView
 from detectors.ingest import SetAside, fold
 
 from ..gateway.settings import Settings
+from . import fleet as fleet_out
 from .metrics import Metrics
 from .producer import BatchProducer, OutRecord
 from .run_store import RunStore
@@ -98,6 +100,7 @@ class BatchLoop(Service):
         super().__init__(**kwargs)
         self.settings = settings
         self.config = config
+        self.fleet: FleetView | None = None  # the stop orders and breakers received (worker/fleet.py)
         # streams.admin.config_topic.config_id of `config` (None: the built-in defaults)
         self.config_id: str | None = None
         self.metrics = metrics
@@ -268,7 +271,8 @@ class BatchLoop(Service):
             return runs.load(msg.key, msg.offset)  # type: ignore[arg-type]
 
         source = ((m, m.key, m.value) for m in msgs)
-        for f in fold(source, self.config, max_event_bytes=s.max_event_bytes, load=stored):
+        breaker_on = self.config.tool_breaker is not None
+        for f in fold(source, self.config, max_event_bytes=s.max_event_bytes, load=stored, fleet=self.fleet):
             msg = f.position
             if type(f) is SetAside:
                 exc = f.error
@@ -292,6 +296,8 @@ class BatchLoop(Service):
                     ids.append((d.event_id, msg.offset, msg.partition))
                 k = (d.action, d.detector or "none")
                 counts[k] = counts.get(k, 0) + 1
+            if breaker_on or f.decisions:
+                fleet_out.outputs(f, s, breaker_on, out)
         runs.folded({m.partition: m.offset for m in msgs})
         if t is not None:
             t["f1"] = t["w0"] = time.time()

@@ -52,3 +52,9 @@ class Metrics:
         self.flushed_states = Counter(
             "loopwarden_state_records", "Run-state records written to the changelog", registry=r
         )
+        self.fleet_records = Gauge(
+            "loopwarden_fleet_signals", "Stop orders and breakers received from the fleet topic", registry=r
+        )
+        self.breakers_opened = Counter(
+            "loopwarden_breakers_opened", "Tool breakers this worker's fleet stage opened", registry=r
+        )
