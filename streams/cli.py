@@ -180,8 +180,24 @@ def cmd_stop(args: argparse.Namespace) -> int:
             issued_by=args.issued_by or os.environ.get("USER"),
             order_id=fleet_topic.new_order_id(now_ms),
         )
-    asyncio.run(fleet_topic.publish_records(s, [order]))
+    asyncio.run(fleet_topic.publish_order(s, order, now_ms, lift=bool(args.lift)))
     print(json.dumps(fleet_topic.describe(order, now_ms)) if args.json else order.id)
+    return ExitCode.OK
+
+
+def cmd_alerts(args: argparse.Namespace) -> int:
+    from .admin import alerts
+
+    opts = alerts.AlertsOptions(
+        webhook=args.webhook,
+        format=args.format,
+        group=args.group,
+        from_beginning=args.from_beginning,
+        timeout_s=args.timeout_s,
+        max_backoff_s=args.max_backoff_s,
+        count=args.count,
+    )
+    alerts.run(_settings(args), opts)
     return ExitCode.OK
 
 
@@ -502,6 +518,36 @@ def build_parser() -> argparse.ArgumentParser:
     _worker_flags(st)
     st._negative_number_matcher = RELATIVE_TIME  # `--from -10m`: a value
     st.set_defaults(func=cmd_stop)
+
+    al = sub.add_parser(
+        "alerts",
+        help="follow the alerts topic and post each alert to a webhook (or print it)",
+        description="Follow <prefix>alerts (breakers opened and closed, stop orders, runs aborted, budget "
+        "warnings) and POST each alert to --webhook, in order, at least once: an alert's offset is committed in "
+        "the consumer group only after a 2xx answer; errors and timeouts are retried with a pause that doubles "
+        "from 0.5 s up to --max-backoff-s. Without --webhook each alert is printed as a JSON line. Runs until "
+        "SIGINT or SIGTERM; the deciding workers never wait for it.",
+    )
+    al.add_argument("--webhook", metavar="URL", help="where to POST each alert (JSON)")
+    al.add_argument(
+        "--format",
+        choices=["json", "slack"],
+        default="json",
+        help='json: the alert record as it is; slack: an incoming-webhook message {"text": ...}',
+    )
+    al.add_argument(
+        "--group", metavar="GROUP", help="consumer group keeping the position (default <prefix>alerts-follower)"
+    )
+    al.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="a new group starts at the first alert (default: new ones)",
+    )
+    al.add_argument("--timeout-s", type=float, default=5.0, metavar="S", help="one POST's timeout (default 5)")
+    al.add_argument("--max-backoff-s", type=float, default=30.0, metavar="S", help="longest pause between tries")
+    al.add_argument("--count", type=int, metavar="N", help="stop after N alerts (default: run until stopped)")
+    _worker_flags(al)
+    al.set_defaults(func=cmd_alerts)
 
     cf = sub.add_parser(
         "config",

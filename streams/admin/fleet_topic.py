@@ -34,6 +34,7 @@ class FleetLedger:
     view: FleetView = field(default_factory=FleetView)
     records: dict[str, FleetRecord] = field(default_factory=dict)
     next_offset: int = 0
+    taken: int = 0  # records taken in (a lift counts, as a new record of its order)
     skipped: int = 0
 
     def add(self, key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes]], where: str) -> None:
@@ -50,6 +51,7 @@ class FleetLedger:
         self.records.pop(rec.id, None)
         self.records[rec.id] = rec
         self.view.put(rec)
+        self.taken += 1
 
     def orders(self) -> list[StopOrder]:
         return [r for r in self.records.values() if isinstance(r, StopOrder)]
@@ -150,3 +152,23 @@ def describe(rec: FleetRecord, now_ms: int) -> dict[str, object]:
     else:
         out["state"] = "open" if rec.from_ts <= now_ms < rec.until_ts else "closed"
     return out
+
+
+async def publish_order(settings: Settings, order: StopOrder, now_ms: int, lift: bool = False) -> None:
+    """Publish a stop order (or its lift), then its `stop_order` alert."""
+    import json
+
+    await publish_records(settings, [order])
+    field, value = order.target()
+    until = "until lifted" if order.until_ts is None else f"until {order.until_ts}"
+    what = "lifted" if lift else f"stops {field} {value} from {order.from_ts} {until}"
+    alert = {
+        "kind": "stop_order",
+        "ts": now_ms,
+        "subject": order.id,
+        "summary": f"stop order {order.id} {what}: {order.reason}",
+        "lifted": lift,
+        **describe(order, now_ms),
+    }
+    alert["kind"] = "stop_order"  # describe's "kind" is the record's
+    await compacted.publish(settings, settings.alerts_topic, [(order.id.encode(), json.dumps(alert).encode(), [])])

@@ -110,21 +110,23 @@ def install(app: Any, settings: Settings, ledger: FleetLedger, config_of: Any, m
     class _FollowFleet(Service):  # stop orders reach the fold within about a second
         async def on_start(self) -> None:
             await follower.start()
-            metrics.fleet_records.set(len(ledger.records))  # what was read before the app started
+            self._counted()  # what was read before the app started
             log.warning("following %s from offset %d", settings.fleet_topic, ledger.next_offset)
 
         async def on_stop(self) -> None:
             await follower.stop()
 
+        def _counted(self) -> None:
+            metrics.fleet_records.set(len(ledger.records))
+            metrics.fleet_taken.set(ledger.taken)
+            metrics.fleet_skipped.set(ledger.skipped)
+
         @Service.task
         async def _follow(self) -> None:
             while not self.should_stop:
                 try:
-                    before = len(ledger.records)
                     if await follower.poll(0.5):
-                        metrics.fleet_records.set(len(ledger.records))
-                        if len(ledger.records) != before:
-                            log.info("fleet topic: %d signals", len(ledger.records))
+                        self._counted()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # what was received stays in force; try again

@@ -55,6 +55,12 @@ class Metrics:
         self.fleet_records = Gauge(
             "loopwarden_fleet_signals", "Stop orders and breakers received from the fleet topic", registry=r
         )
+        self.fleet_taken = Gauge(
+            "loopwarden_fleet_records_read", "Records taken in from the fleet topic (a lift counts)", registry=r
+        )
+        self.fleet_skipped = Gauge(
+            "loopwarden_fleet_records_skipped", "Unreadable records of the fleet topic, skipped", registry=r
+        )
         self.breakers_opened = Counter(
             "loopwarden_breakers_opened", "Tool breakers this worker's fleet stage opened", registry=r
         )
