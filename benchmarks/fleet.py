@@ -1,0 +1,254 @@
+"""The fleet's propagation: from a breaker's opening failure, or from `loopwarden stop`'s
+return, to the first call it decides on each worker.
+
+    python -m benchmarks.fleet [--bootstrap HOST:PORT] [--trials 20] [--rate 300]
+                               [--workers 3] [--partitions 12]
+
+Without --bootstrap it starts its own local broker and stops it at the end. N workers
+share 12 partitions; a load generator sends --rate calls a second of other traffic the
+whole time. Each breaker trial uses a tool of its own: `minRuns` failures of it are
+sent, then probe calls of that tool go out every 20 ms on one run owned by each worker
+(found from /health and Kafka's partitioner) until each worker has answered one with
+`fleet_tool_breaker`. Each stop trial publishes a stop order for an agent of its own
+(as `loopwarden stop` does, and times from its return), then probes that agent on each
+worker until each has answered `operator_stop`. A trial's time on a worker is from the
+opening failure's acknowledgement (or the order's) to the arrival of the first blocked
+(aborted) decision; probes are 20 ms apart, so that much is resolution. Prints one JSON
+object: p50, p99 and max per kind, over trials and workers, and the cores each process
+used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.partitioner import murmur2
+
+from benchmarks.kafka import end, own_broker, pct, spawn
+from streams.admin import fleet_topic
+from streams.admin.topics import create_topics
+from streams.gateway import settings as settings_mod
+from streams.tools import localkafka
+from streams.tools.launch import command, health
+
+MIN_RUNS = 3
+CONFIG = {
+    "tools": {"loopDetection": {"enabled": True}},
+    "loopwarden": {
+        "fleet": {"toolBreaker": {"enabled": True, "minRuns": MIN_RUNS, "windowMs": 600000, "coolDownMs": 600000}}
+    },
+}
+PROBE_EVERY_S = 0.02
+
+
+class Bench:
+    def __init__(self, bootstrap: str, s: settings_mod.Settings, owners: dict[int, int]) -> None:
+        self.bootstrap, self.s, self.owners = bootstrap, s, owners  # partition -> worker index
+        self.arrived: dict[str, tuple[float, dict]] = {}  # event_id -> (arrival, decision)
+        self.waiters: dict[str, asyncio.Event] = {}
+        self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+        self.seq = 0
+        self.stop = False
+
+    def run_on(self, worker: int, stem: str) -> str:
+        """A run id whose partition the worker owns."""
+        i = 0
+        while True:
+            run = f"{stem}-{i}"
+            if self.owners.get((murmur2(run.encode()) & 0x7FFFFFFF) % self.s.partitions) == worker:
+                return run
+            i += 1
+
+    async def send(self, ev: dict) -> str:
+        self.seq += 1
+        ev = {"seq": self.seq, "gateway_id": "gw-bench", "ts": int(time.time() * 1000), **ev}
+        await (await self.producer.send(self.s.events_topic, key=ev["run_id"].encode(), value=json.dumps(ev).encode()))
+        return f"{ev['run_id']}:{ev['seq']}"
+
+    async def read(self) -> None:
+        c = AIOKafkaConsumer(self.s.decisions_topic, bootstrap_servers=self.bootstrap, auto_offset_reset="latest")
+        await c.start()
+        try:
+            while not self.stop:
+                for msgs in (await c.getmany(timeout_ms=100)).values():
+                    now = time.monotonic()
+                    for m in msgs:
+                        d = json.loads(m.value)
+                        self.arrived[d["event_id"]] = (now, d)
+        finally:
+            await c.stop()
+
+    async def load(self, rate: float) -> None:
+        p = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=2)
+        await p.start()
+        try:
+            i, t0 = 0, time.monotonic()
+            while not self.stop:
+                run = f"other-{i % 500}"
+                ev = {"type": "tool_call", "run_id": run, "seq": i, "gateway_id": f"gw-{i % 8}", "tool_name": "read"}
+                ev |= {"params": {"path": f"/f{i}"}, "ts": int(time.time() * 1000)}
+                await p.send(self.s.events_topic, key=run.encode(), value=json.dumps(ev).encode())
+                i += 1
+                delay = t0 + i / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+        finally:
+            await p.stop()
+
+    async def probe_until(self, runs: list[str], make, detector: str, since: float, timeout: float = 30) -> list[float]:
+        """Probe each run until its worker answers with `detector`; seconds from `since`."""
+        got: dict[str, float] = {}
+        sent: dict[str, list[str]] = {r: [] for r in runs}
+        deadline = time.monotonic() + timeout
+        while len(got) < len(runs) and time.monotonic() < deadline:
+            for run in runs:
+                if run not in got:
+                    sent[run].append(await self.send(make(run)))
+            await asyncio.sleep(PROBE_EVERY_S)
+            for run in runs:
+                for eid in sent[run]:
+                    hit = self.arrived.get(eid)
+                    if run not in got and hit is not None and hit[1]["detector"] == detector:
+                        got[run] = hit[0] - since
+        if len(got) < len(runs):
+            raise RuntimeError(f"{detector}: not every worker answered within {timeout} s: {got}")
+        return [got[r] for r in runs]
+
+    async def breaker_trial(self, k: int, workers: int) -> list[float]:
+        tool = f"bench_tool_{k}"
+        probes = [self.run_on(w, f"b{k}-probe-w{w}") for w in range(workers)]
+        # One ts for the failures: they reach the stage through different workers, in any
+        # order, and a failure counts only those at or before its own ts.
+        ts = int(time.time() * 1000)
+        for i in range(MIN_RUNS):
+            run = f"b{k}-fail-{i}"
+            ev = {"type": "tool_result", "run_id": run, "tool_name": tool, "params": {}, "error": "503 quota", "ts": ts}
+            await self.send(ev)
+        opened = time.monotonic()  # the opening failure is acknowledged
+        return await self.probe_until(
+            probes,
+            lambda run: {"type": "tool_call", "run_id": run, "tool_name": tool, "params": {"n": self.seq}},
+            "fleet_tool_breaker",
+            opened,
+        )
+
+    async def stop_trial(self, k: int, workers: int) -> list[float]:
+        agent = f"bench-agent-{k}"
+        probes = [self.run_on(w, f"s{k}-probe-w{w}") for w in range(workers)]
+        now_ms = int(time.time() * 1000)
+        order = fleet_topic.make_order(
+            agent_id=agent,
+            gateway_id=None,
+            run_id=None,
+            from_ts=now_ms,
+            until_ts=None,
+            reason="benchmark",
+            issued_by="bench",
+            order_id=fleet_topic.new_order_id(now_ms),
+        )
+        await fleet_topic.publish_order(self.s, order, now_ms)
+        returned = time.monotonic()
+        return await self.probe_until(
+            probes,
+            lambda run: {"type": "tool_call", "run_id": run, "agent_id": agent, "tool_name": "read", "params": {}},
+            "operator_stop",
+            returned,
+        )
+
+
+def summary(xs: list[float]) -> dict:
+    # pct (benchmarks.kafka) gives milliseconds of values in seconds
+    return {
+        "n": len(xs),
+        "p50_ms": round(pct(xs, 50), 1),
+        "p99_ms": round(pct(xs, 99), 1),
+        "max_ms": round(max(xs) * 1000, 1),
+    }
+
+
+def cpu_of(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / 100.0
+
+
+async def main_async(args: argparse.Namespace) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="lw-fleet-"))
+    bootstrap, broker = own_broker(args.bootstrap, tmp)
+    prefix = f"bfl{int(time.time())}."
+    s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": args.partitions}, env={})
+    await create_topics(s)
+    (tmp / "config.json").write_text(json.dumps(CONFIG))
+    procs, ports = [], []
+    try:
+        for i in range(args.workers):
+            port = localkafka.free_port()
+            flags = ["--bootstrap", bootstrap, "--topic-prefix", prefix, "--partitions", str(args.partitions)]
+            flags += ["--config", str(tmp / "config.json"), "--data-dir", str(tmp / f"d{i}"), "--web-port", str(port)]
+            procs.append(spawn(command("worker", *flags), tmp / f"worker-{i}.log"))
+            ports.append(port)
+        deadline = time.monotonic() + 120
+        owners: dict[int, int] = {}
+        while time.monotonic() < deadline:
+            hs = [health(p) or {} for p in ports]
+            owners = {p: i for i, h in enumerate(hs) for p in h.get("partitions", [])}
+            if all(h.get("status") == "ok" for h in hs) and len(owners) == args.partitions:
+                if all(any(o == i for o in owners.values()) for i in range(args.workers)):
+                    break
+            await asyncio.sleep(0.5)
+        else:
+            raise RuntimeError(f"the workers did not settle: see {tmp}")
+        bench = Bench(bootstrap, s, owners)
+        await bench.producer.start()
+        reader = asyncio.create_task(bench.read())
+        loader = asyncio.create_task(bench.load(args.rate))
+        await asyncio.sleep(3)  # the load runs; the reader is at the end of the decisions
+        cpu0 = {"workers": [cpu_of(p.pid) for p in procs]}
+        t0 = time.monotonic()
+        breaker, stops = [], []
+        for k in range(args.trials):
+            breaker += await bench.breaker_trial(k, args.workers)
+            stops += await bench.stop_trial(k, args.workers)
+        wall = time.monotonic() - t0
+        cores = [round((cpu_of(p.pid) - c) / wall, 2) for p, c in zip(procs, cpu0["workers"], strict=True)]
+        bench.stop = True
+        await asyncio.gather(reader, loader)
+        await bench.producer.stop()
+        with open("/proc/loadavg") as f:
+            load = f.read().split()[:3]
+        return {
+            "workers": args.workers,
+            "partitions": args.partitions,
+            "other_traffic_calls_per_s": args.rate,
+            "trials": args.trials,
+            "breaker_open_to_first_block": summary(breaker),
+            "stop_return_to_first_abort": summary(stops),
+            "probe_interval_s": PROBE_EVERY_S,
+            "worker_cores_used": cores,
+            "load_average_after": load,
+        }
+    finally:
+        for p in procs:
+            end(p)
+        if broker is not None:
+            localkafka.stop(broker)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bootstrap")
+    ap.add_argument("--trials", type=int, default=20)
+    ap.add_argument("--rate", type=float, default=300.0, help="calls a second of other traffic")
+    ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--partitions", type=int, default=12)
+    print(json.dumps(asyncio.run(main_async(ap.parse_args())), indent=2))
+
+
+if __name__ == "__main__":
+    main()
