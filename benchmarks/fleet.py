@@ -166,8 +166,8 @@ def summary(xs: list[float]) -> dict:
     # pct (benchmarks.kafka) gives milliseconds of values in seconds
     return {
         "n": len(xs),
-        "p50_ms": round(pct(xs, 50), 1),
-        "p99_ms": round(pct(xs, 99), 1),
+        "p50_ms": round(pct(xs, 0.5), 1),
+        "p99_ms": round(pct(xs, 0.99), 1),
         "max_ms": round(max(xs) * 1000, 1),
     }
 
