@@ -23,8 +23,11 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from detectors.fleet import Breaker, StopOrder
+from detectors.policy import RUN_BUDGET
 from detectors.wire import Decision, decode_decision
 
+from ..admin.fleet_topic import FleetLedger
 from ..gateway.errors import BrokerError, SettingsError
 from ..gateway.settings import Settings
 from ..times import parse_from
@@ -72,6 +75,13 @@ class TopState:
         self._latest = -math.inf
         self._seen: dict[str, None] = {}  # recent event_ids, oldest first
         self._dedup = dedup
+        # Shadow and held-out runs (semantics.md section 10): what they would have been told.
+        self.shadow: Counter[str] = Counter()  # by shadow_action
+        self.shadow_detectors: Counter[str] = Counter()  # their would-be warnings, blocks and aborts
+        # Run budgets (section 8): the runs warned or stopped by their budget, with the percent used.
+        self.budget_runs: dict[str, dict[str, Any]] = {}
+        # The fleet topic (section 9): breakers and stop orders (None: the topic is not read).
+        self.fleet: FleetLedger | None = None
 
     # input
 
@@ -85,6 +95,13 @@ class TopState:
             del self._seen[next(iter(self._seen))]
         self.decisions += 1
         self.actions[d.action] += 1
+        if not d.enforced and d.shadow_action is not None:  # published as allow: counted apart
+            self.shadow[d.shadow_action] += 1
+            self._bucket(ts)["shadow", d.shadow_action] += 1
+            if d.detector and d.shadow_action in FLAGGED:
+                self.shadow_detectors[d.detector] += 1
+        if d.detector == RUN_BUDGET:
+            self._track_budget(d, ts)
         if d.detector:
             self.detectors[d.detector] += 1
             self.detector_actions.setdefault(d.detector, Counter())[d.action] += 1
@@ -143,6 +160,52 @@ class TopState:
         oldest = math.floor(now - MINUTE_WINDOW_S) - 1
         for k in [k for k in self._buckets if k < oldest]:
             del self._buckets[k]
+
+    def _track_budget(self, d: Decision, ts: float) -> None:
+        """A run warned or stopped by its budget: its kind and the percent it used."""
+        parts = (d.warning_key or "").split(":")  # budget:{kind}:{mark} (warning), budget:{kind} (abort)
+        if len(parts) < 2:
+            return  # a call after the abort: the run is already listed
+        action = d.shadow_action or d.action
+        percent = d.count if action == "warn" else 100
+        self.budget_runs.pop(d.run_id, None)
+        self.budget_runs[d.run_id] = {
+            "run_id": d.run_id,
+            "agent_id": d.agent_id,
+            "gateway_id": d.gateway_id,
+            "kind": parts[1],
+            "percent": percent,
+            "stopped": action == "abort",
+            "enforced": d.enforced,
+            "last_seen": ts,
+        }
+        if len(self.budget_runs) > self.max_runs:
+            del self.budget_runs[next(iter(self.budget_runs))]
+
+    def watch_fleet(self) -> FleetLedger:
+        """The fleet topic is read (so no breaker seen means none, not unknown)."""
+        if self.fleet is None:
+            self.fleet = FleetLedger()
+        return self.fleet
+
+    def _fleet_now(self, now: float) -> dict[str, Any] | None:
+        if self.fleet is None:
+            return None
+        ms = int(now * 1000)  # live, event time is about the wall clock
+        breakers = [
+            {"id": r.id, "tool_name": r.tool_name, "runs": r.runs, "gateways": r.gateways, "until_ts": r.until_ts}
+            for r in self.fleet.records.values()
+            if isinstance(r, Breaker) and r.from_ts <= ms < r.until_ts
+        ]
+        orders = []
+        for r in self.fleet.records.values():
+            if isinstance(r, StopOrder) and (r.until_ts is None or ms < r.until_ts):
+                field, value = r.target()
+                orders.append(
+                    {"id": r.id, "target": f"{field.removesuffix('_id')} {value}", "reason": r.reason}
+                    | {"from_ts": r.from_ts, "until_ts": r.until_ts, "pending": r.from_ts > ms}
+                )
+        return {"open_breakers": breakers, "stop_orders": orders, "skipped": self.fleet.skipped}
 
     def _track_run(self, d: Decision, ts: float) -> None:
         r = self.runs.get(d.run_id)
@@ -247,6 +310,8 @@ class TopState:
                 }
             )
         runs = self.looping(now)
+        shadow_rates = {a: round(minute["shadow", a] * scale, 2) for a in FLAGGED}
+        closest = sorted(self.budget_runs.values(), key=lambda r: (-r["percent"], -r["last_seen"]))[:10]
         return {
             "at": round(now, 3),
             "decisions": self.decisions,
@@ -262,6 +327,17 @@ class TopState:
             "dead_letters": dead,
             "workers": workers,
             "window_s": {"rate": round(rate_span, 1), "minute": round(min_span, 1)},
+            "shadow": {
+                "decisions": sum(self.shadow.values()),
+                "would_have": {a: self.shadow[a] for a in ACTIONS},
+                "per_minute": shadow_rates,
+                "by_detector": dict(sorted(self.shadow_detectors.items())),
+            },
+            "budget_runs": [
+                {k: v for k, v in r.items() if k != "last_seen"} | {"age_s": round(max(0.0, now - r["last_seen"]), 1)}
+                for r in closest
+            ],
+            "fleet": self._fleet_now(now),
         }
 
 
@@ -395,7 +471,10 @@ class Top:
             tps += [TopicPartition(dl, p) for p in sorted(c.partitions_for_topic(dl) or ())]
             self.deadletters = True
             self.state.watch_dead_letters()
-        c.assign(tps)
+        fleet = [TopicPartition(self.settings.fleet_topic, 0)] if self.settings.fleet_topic in names else []
+        if fleet:
+            self.state.watch_fleet()
+        c.assign(tps + fleet)
         start = self.start
         if self._missed and start == "now":
             start = "beginning"  # the topic appeared after we began: all of it is new
@@ -411,6 +490,9 @@ class Top:
                     c.seek(tp, found[tp].offset)
             if late:
                 await c.seek_to_end(*late)
+        if fleet:  # breakers and stop orders in force may be older than any start: all of it
+            await c.seek_to_beginning(*fleet)
+        tps += fleet
         for tp in tps:  # resolve the positions now: "from now" must not wait for the first fetch
             await c.position(tp)
         self.ends = await c.end_offsets(tps)
@@ -430,6 +512,8 @@ class Top:
                 ts = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else now
                 if tp.topic == self.topic:
                     self.state.add_record(m.value, ts)
+                elif tp.topic == self.settings.fleet_topic:
+                    self.state.watch_fleet().add(m.key, m.value, m.headers or (), f"{tp.topic}@{m.offset}")
                 else:
                     self.state.add_dead_letter(dead_letter_reason(m.headers), ts)
                 n += 1

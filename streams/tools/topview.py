@@ -23,6 +23,9 @@ DETECTOR_SHORT = {
     "unknown_tool_repeat": "no-tool",
     "global_circuit_breaker": "breaker",
     "compaction_loop_persisted": "compaction",
+    "run_budget": "budget",
+    "fleet_tool_breaker": "fleet",
+    "operator_stop": "stopped",
 }
 ELLIPSIS = "…"
 
@@ -276,6 +279,35 @@ def _workers_line(snap: dict[str, Any]) -> str:
     return "  ·  ".join(parts)
 
 
+def policy_lines(snap: dict[str, Any]) -> list[str]:
+    """Shadow decisions (apart from enforced ones), the runs closest to their budget, and
+    the fleet's open breakers and stop orders: a line each, only what there is."""
+    out = []
+    sh = snap.get("shadow") or {}
+    if sh.get("decisions"):
+        would = sh["would_have"]
+        pm = sh.get("per_minute") or {}
+        out.append(
+            f"shadow (not enforced): {sh['decisions']:,} decisions; would have warned {would.get('warn', 0):,}, "
+            f"blocked {would.get('block', 0):,}, aborted {would.get('abort', 0):,} "
+            f"({fmt_rate(pm.get('block', 0.0))} blocks/min)"
+        )
+    budget = snap.get("budget_runs") or []
+    if budget:
+        rows = ", ".join(
+            f"{r['run_id']} {'stopped' if r['stopped'] else str(r['percent']) + '%'} {r['kind']}" for r in budget[:5]
+        )
+        out.append(f"closest to budget: {rows}")
+    fleet = snap.get("fleet") or {}
+    for b in fleet.get("open_breakers") or []:
+        until = time.strftime("%H:%M:%S", time.localtime(b["until_ts"] / 1000))
+        out.append(f"breaker open: {b['tool_name']} until {until} ({b['runs']} runs, {b['gateways']} gateways)")
+    for o in fleet.get("stop_orders") or []:
+        state = "pending" if o["pending"] else "in force"
+        out.append(f"stop order {o['id']}: {o['target']} {state}: {o['reason']}")
+    return out
+
+
 def header_lines(snap: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
     at = time.strftime("%H:%M:%S", time.localtime(snap.get("at") or 0))
     watching = snap.get("topic", "") if snap.get("watching", True) else f"waiting for {snap.get('topic', '')}"
@@ -325,6 +357,9 @@ def render(snap: dict[str, Any], width: int, height: int | None = None):
         lines += det_lines + gw_lines
     parts += gap + [Text(_workers_line(snap), no_wrap=True, overflow="ellipsis")]
     lines += 1 + (3 if roomy else 0) + 1
+    extra = policy_lines(snap)
+    parts += [Text(x, no_wrap=True, overflow="ellipsis", style="magenta") for x in extra]
+    lines += len(extra)
 
     runs = snap.get("looping_runs") or []
     shown = runs

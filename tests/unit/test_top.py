@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 import pytest
 from rich.console import Console
 
+from detectors.fleet import Breaker, StopOrder, encode_fleet_record
+from detectors.policy import POLICY_NAMES
 from detectors.rules import NAMES
 from detectors.wire import Decision
 from streams.gateway.errors import SettingsError
@@ -409,4 +411,78 @@ def test_plain_line():
 def test_every_detector_has_a_short_label():
     """A detector added to the registry gets a label in `top` too (its name would fit
     worse); a label for a name no detector has is a leftover."""
-    assert set(DETECTOR_SHORT) == set(NAMES)
+    assert set(DETECTOR_SHORT) == set(NAMES) | set(POLICY_NAMES)
+
+
+def test_shadow_decisions_are_counted_apart_from_enforced_ones():
+    import msgspec
+
+    s = TopState(start=T0)
+    s.add(dec("enf", 1, "block", "generic_repeat"), T0 + 1)
+    shadow = msgspec.structs.replace(
+        dec("sh", 1, "allow", "generic_repeat", level="critical"), enforced=False, shadow_action="block"
+    )
+    s.add(shadow, T0 + 2)
+    s.add(msgspec.structs.replace(dec("sh", 2), enforced=False, shadow_action="allow"), T0 + 3)
+    snap = s.snapshot(T0 + 10)
+    assert snap["actions"]["block"] == 1 and snap["actions"]["allow"] == 2  # what was published
+    assert snap["shadow"]["decisions"] == 2
+    assert snap["shadow"]["would_have"] == {"allow": 1, "warn": 0, "block": 1, "abort": 0}
+    assert snap["shadow"]["by_detector"] == {"generic_repeat": 1}
+    assert [r["run_id"] for r in snap["looping_runs"]] == ["enf"]  # a shadow run is not looping on the gateway
+    text = "\n".join(rendered(snap, 120))
+    assert "shadow (not enforced): 2 decisions" in text and "blocked 1" in text
+
+
+def test_runs_closest_to_their_budget_come_first():
+    import msgspec
+
+    s = TopState(start=T0)
+
+    def budget(run: str, seq: int, action: str, count: int, key: str) -> Decision:
+        return msgspec.structs.replace(dec(run, seq, action, "run_budget", count=count), warning_key=key)
+
+    s.add(budget("a", 1, "warn", 81, "budget:tokens:80"), T0 + 1)
+    s.add(budget("b", 1, "warn", 96, "budget:cost:95"), T0 + 2)
+    s.add(budget("c", 1, "abort", 7, "budget:calls"), T0 + 3)
+    s.add(dec("c", 2, "abort", "run_budget"), T0 + 4)  # a call after the abort: no key, the row stays
+    rows = s.snapshot(T0 + 5)["budget_runs"]
+    assert [(r["run_id"], r["percent"], r["kind"], r["stopped"]) for r in rows] == [
+        ("c", 100, "calls", True),
+        ("b", 96, "cost", False),
+        ("a", 81, "tokens", False),
+    ]
+    assert "closest to budget: c stopped calls, b 96% cost, a 81% tokens" in "\n".join(
+        rendered(s.snapshot(T0 + 5), 200)
+    )
+
+
+def test_open_breakers_and_stop_orders_from_the_fleet_topic():
+    s = TopState(start=T0)
+    assert s.snapshot(T0)["fleet"] is None  # not read: unknown, not none
+    ledger = s.watch_fleet()
+    ms = int(T0 * 1000)
+    b = Breaker(
+        id="t:o:1",
+        tool_name="http_get",
+        outcome="o",
+        from_ts=ms - 10,
+        until_ts=ms + 60_000,
+        runs=20,
+        gateways=4,
+        window_ms=1,
+    )
+    old = Breaker(
+        id="t:o:0", tool_name="old", outcome="o", from_ts=ms - 99, until_ts=ms - 50, runs=20, gateways=4, window_ms=1
+    )
+    order = StopOrder(id="s1", agent_id="batch", from_ts=ms - 5, until_ts=None, reason="runaway spend")
+    ended = StopOrder(id="s0", run_id="r", from_ts=ms - 9, until_ts=ms - 1, reason="x")
+    for rec in (b, old, order, ended):
+        ledger.add(rec.id.encode(), encode_fleet_record(rec), (), "test")
+    ledger.add(b"bad", b"{", (), "test")
+    fleet = s.snapshot(T0)["fleet"]
+    assert [x["id"] for x in fleet["open_breakers"]] == ["t:o:1"]
+    assert [(o["id"], o["target"], o["pending"]) for o in fleet["stop_orders"]] == [("s1", "agent batch", False)]
+    assert fleet["skipped"] == 1
+    text = "\n".join(rendered(s.snapshot(T0), 200))
+    assert "breaker open: http_get until" in text and "stop order s1: agent batch in force: runaway spend" in text
