@@ -14,7 +14,25 @@
  * - No decision within `timeoutMs`: the fail policy answers (fail-open: allow,
  *   fail-closed: block), marked `degraded`.
  * - Privacy mode (the default) sends args_hash, known_poll, result_hash and
- *   unknown_tool_name instead of params, results and errors.
+ *   unknown_tool_name instead of params, results and errors, and `failed: true` on the
+ *   result of a tool that failed (an error given, null included): the hashes alone do not
+ *   say so, and the fleet's tool breaker counts failures (semantics.md section 9).
+ * - `usage(runId, {...})` reports what one model call used (semantics.md section 8). A
+ *   usage event yields a decision only when it spends a budget, so `usage` does not wait
+ *   for one (that would add the whole timeout to every model call, for an answer that
+ *   almost never comes): it returns the abort already received for the run, if any. The
+ *   worker folds the usage event before the run's next event (one partition, in order),
+ *   so the next `check` is answered abort either way.
+ * - Every abort received for a run (the answer to a call, to a result or to a usage event)
+ *   is remembered in `aborted`; the next `check` of that run returns it at once, without
+ *   publishing anything (the worker answers every later call of an aborted run with abort,
+ *   semantics.md section 8 "Aborted runs"); `endRun` forgets it.
+ * - Shadow mode (semantics.md section 10): a decision with `enforced: false` says `allow`
+ *   (what enforcement would have done is its `shadow_action`) and is handed on as it is,
+ *   never remembered as an abort. A run known to be in shadow is not blocked by the
+ *   fail-closed policy either: its degraded decision is `allow`, `enforced: false`, with
+ *   the policy's action as `shadow_action` (a stop order, the one thing a worker enforces
+ *   on such a run, comes as an enforced abort, which is then remembered).
  */
 import { Consumer, Producer, type SASLOptions } from "@platformatic/kafka";
 import type { ConnectionOptions } from "node:tls";
@@ -26,6 +44,8 @@ export const FAIL_OPEN = "fail-open";
 export const FAIL_CLOSED = "fail-closed";
 export type FailPolicy = typeof FAIL_OPEN | typeof FAIL_CLOSED;
 export const MAX_SAFE_SEQ = Number.MAX_SAFE_INTEGER;
+/** A usage event's cost_usd, from 0 to this (wire-format.md "Bad input"). */
+export const MAX_COST_USD = 1e9;
 
 export interface Decision {
   run_id: string;
@@ -33,7 +53,8 @@ export interface Decision {
   gateway_id: string;
   agent_id: string | null;
   tool_call_id: string | null;
-  tool_name: string;
+  /** null on the decision of a `usage` event */
+  tool_name: string | null;
   ts: number | null;
   event_id: string;
   action: "allow" | "warn" | "block" | "abort";
@@ -45,7 +66,26 @@ export interface Decision {
   paired_tool_name: string | null;
   args_hash: string | null;
   config_hash: string;
+  /** the id of the fleet breaker or stop order applied to this call */
+  fleet_signal: string | null;
+  /** false: a run in shadow mode or held out; `action` is then allow */
+  enforced: boolean;
+  /** when not enforced: the action enforcement would have taken */
+  shadow_action: string | null;
   degraded?: boolean;
+}
+
+/** What one model call of a run used (the `usage` event's fields). */
+export interface Usage {
+  /** prompt tokens, cached ones included: an integer from 0 to 2^53 - 1 (default 0) */
+  inputTokens?: number;
+  /** an integer from 0 to 2^53 - 1 (default 0) */
+  outputTokens?: number;
+  /** what the call cost in US dollars, a finite number from 0 to 10^9 (default 0) */
+  costUsd?: number;
+  model?: string | null;
+  agentId?: string | null;
+  sessionId?: string | null;
 }
 
 export interface ClientOptions {
@@ -81,6 +121,7 @@ interface Waiter {
 }
 
 const SEEN_LIMIT = 100_000;
+const REMEMBERED_RUNS = 100_000; // runs whose abort or shadow mode is kept (those never ended)
 
 function nowMicros(): number {
   return Math.floor((performance.timeOrigin + performance.now()) * 1000);
@@ -101,7 +142,10 @@ export class GatewayClient {
   duplicates = 0;
   received = 0;
   foreign = 0;
+  /** The first abort received for each run (until `endRun`). */
   readonly aborted = new Map<string, Decision>();
+  /** Runs a decision said are not enforced (shadow mode or held out). */
+  readonly shadow = new Set<string>();
   /** Called with every decision of this gateway as it is read, repeats included. */
   onDecision: ((d: Decision) => void) | undefined;
 
@@ -253,7 +297,8 @@ export class GatewayClient {
     }
     this.#seen.add(d.event_id);
     if (this.#seen.size > SEEN_LIMIT) this.#seen.delete(this.#seen.values().next().value!);
-    if (d.action === "abort") this.aborted.set(d.run_id, d);
+    if (d.enforced === false) remember(this.shadow, d.run_id);
+    else if (d.action === "abort" && !this.aborted.has(d.run_id)) remember(this.aborted, d.run_id, d);
     const key = waitKey(d.run_id, d.seq);
     const w = this.#waiting.get(key);
     if (w) {
@@ -273,6 +318,7 @@ export class GatewayClient {
   /** The event as it is sent: defaults filled in, hashed in privacy mode; throws EventTooLarge. */
   encode(ev: WireEvent): { key: string; value: Buffer; sent: WireEvent } {
     const sent = this.privacy ? fingerprint(withDefaults(ev)) : withDefaults(ev);
+    if (this.privacy && ev.type === "tool_result" && ev.error !== undefined) sent.failed = true;
     const value = Buffer.from(JSON.stringify(sent), "utf8");
     if (value.length > this.maxEventBytes) {
       const what = `${ev.type} event of run ${JSON.stringify(ev.run_id)}${ev.tool_name ? ` for tool ${JSON.stringify(ev.tool_name)}` : ""}`;
@@ -330,13 +376,16 @@ export class GatewayClient {
     };
   }
 
-  /** Publish a tool_call and wait for its decision, or for the fail policy after timeoutMs. */
+  /** Publish a tool_call and wait for its decision, or for the fail policy after timeoutMs.
+   * A run this client knows to be aborted gets its abort back at once, nothing published. */
   async check(
     runId: string,
     toolName: string,
     params?: unknown,
     opts: { toolCallId?: string | null; agentId?: string | null; sessionId?: string | null } = {},
   ): Promise<Decision> {
+    const abort = this.aborted.get(runId);
+    if (abort) return abort;
     const ev: WireEvent = {
       type: "tool_call",
       ...this.#base(runId, opts.agentId, opts.sessionId),
@@ -370,17 +419,21 @@ export class GatewayClient {
     return d;
   }
 
-  /** The decision the fail policy gives when no worker answered. */
+  /** The decision the fail policy gives when no worker answered (allow, not enforced, for a
+   * run known to be in shadow). */
   fallback(ev: WireEvent, why?: string): Decision {
     const closed = this.failPolicy === FAIL_CLOSED;
+    const action = closed ? "block" : "allow";
+    const enforced = !this.shadow.has(ev.run_id);
     return {
       run_id: ev.run_id, seq: ev.seq, gateway_id: ev.gateway_id, agent_id: ev.agent_id ?? null,
       tool_call_id: ev.tool_call_id ?? null, tool_name: ev.tool_name ?? "", ts: ev.ts ?? null,
-      event_id: `${ev.run_id}:${ev.seq}`, action: closed ? "block" : "allow", level: "none", detector: null,
+      event_id: `${ev.run_id}:${ev.seq}`, action: enforced ? action : "allow", level: "none", detector: null,
       count: null,
       message: `loopwarden gave no decision within ${this.timeoutMs / 1000}s${why ? ` (${why})` : ""}; ` +
-        (closed ? "blocked (fail-closed)" : "allowed (fail-open)"),
-      warning_key: null, paired_tool_name: null, args_hash: null, config_hash: "", degraded: true,
+        (closed ? "blocked (fail-closed)" : "allowed (fail-open)") + (enforced ? "" : "; not enforced (shadow run)"),
+      warning_key: null, paired_tool_name: null, args_hash: null, config_hash: "",
+      fleet_signal: null, enforced, shadow_action: enforced ? null : action, degraded: true,
     };
   }
 
@@ -406,6 +459,23 @@ export class GatewayClient {
     await this.#send(key, value);
   }
 
+  /** Publish what one model call of the run used, without waiting for a decision; returns
+   * the abort already received for the run, if any (see the module docstring). Throws
+   * LoopwardenError, before sending, for amounts the worker would refuse. */
+  async usage(runId: string, usage: Usage = {}): Promise<Decision | undefined> {
+    const ev: WireEvent = {
+      type: "usage",
+      ...this.#base(runId, usage.agentId, usage.sessionId),
+      input_tokens: tokens("inputTokens", usage.inputTokens),
+      output_tokens: tokens("outputTokens", usage.outputTokens),
+      cost_usd: costUsd(usage.costUsd),
+      model: modelName(usage.model),
+    };
+    const { key, value } = this.encode(ev);
+    await this.#send(key, value);
+    return this.aborted.get(runId);
+  }
+
   async compactionRetry(runId: string, opts: { agentId?: string | null; sessionId?: string | null } = {}): Promise<void> {
     const { key, value } = this.encode({ type: "compaction_retry", ...this.#base(runId, opts.agentId, opts.sessionId) });
     await this.#send(key, value);
@@ -415,6 +485,7 @@ export class GatewayClient {
     const { key, value } = this.encode({ type: "run_end", ...this.#base(runId, opts.agentId, opts.sessionId) });
     await this.#send(key, value);
     this.aborted.delete(runId);
+    this.shadow.delete(runId);
   }
 
   async close(): Promise<void> {
@@ -427,6 +498,39 @@ export class GatewayClient {
     this.#producer = undefined;
     this.#consumer = undefined;
   }
+}
+
+function tokens(name: string, v: unknown): number {
+  if (v === undefined) return 0;
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0) {
+    throw new LoopwardenError(`usage: ${name} must be an integer from 0 to 2^53 - 1, got ${show(v)}`);
+  }
+  return v;
+}
+
+function costUsd(v: unknown): number {
+  if (v === undefined) return 0;
+  if (typeof v !== "number" || !Number.isFinite(v) || v < 0 || v > MAX_COST_USD) {
+    throw new LoopwardenError(`usage: costUsd must be a finite number from 0 to 1e9, got ${show(v)}`);
+  }
+  return v === 0 ? 0 : v; // -0 is 0
+}
+
+function modelName(v: unknown): string | null {
+  if (v === undefined || v === null) return null;
+  if (typeof v !== "string") throw new LoopwardenError(`usage: model must be a string or null, got ${show(v)}`);
+  return v;
+}
+
+function show(v: unknown): string {
+  return typeof v === "string" ? JSON.stringify(v) : typeof v === "bigint" ? `${v}n` : String(v);
+}
+
+/** Add to a bounded map or set, dropping its oldest entry when full. */
+export function remember<T>(m: Map<string, T> | Set<string>, key: string, value?: T, limit = REMEMBERED_RUNS): void {
+  if (m.size >= limit) m.delete(m.keys().next().value!);
+  if (m instanceof Map) m.set(key, value as T);
+  else m.add(key);
 }
 
 function waitKey(runId: string, seq: number): string {

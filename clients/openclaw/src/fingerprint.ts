@@ -162,7 +162,7 @@ export function outcome(tool: string, params: unknown, result: unknown, error: u
 
 /** Wire event fields (wire-format.md); free-form values are wire values. */
 export interface WireEvent {
-  type: "tool_call" | "tool_result" | "compaction_retry" | "run_end";
+  type: "tool_call" | "tool_result" | "usage" | "compaction_retry" | "run_end";
   run_id: string;
   seq: number;
   gateway_id: string;
@@ -178,6 +178,12 @@ export interface WireEvent {
   error?: unknown;
   result_hash?: string;
   unknown_tool_name?: string;
+  /** privacy mode: the tool failed (set by the client, not by fingerprint) */
+  failed?: boolean;
+  input_tokens?: number;
+  output_tokens?: number;
+  cost_usd?: number;
+  model?: string | null;
 }
 
 /** The privacy form of an event: hashes instead of params, results and errors. */
