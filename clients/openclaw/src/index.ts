@@ -22,6 +22,8 @@ const plugin = {
     if (typeof api.registerAgentToolResultMiddleware === "function") {
       api.registerAgentToolResultMiddleware(hooks.tool_result_middleware, { runtimes: ["openclaw", "codex"] });
     }
+    // A conversation hook: registered by OpenClaw only with hooks.allowConversationAccess (README).
+    api.on("llm_output", hooks.llm_output);
     api.on("after_compaction", hooks.after_compaction);
     api.on("agent_end", hooks.agent_end);
     api.on("gateway_start", hooks.gateway_start);

@@ -8,11 +8,24 @@
  *   tool_result_persist (the session transcript); it is logged too. The result sent to
  *   the worker is the tool's own, without the appended warning, so a warning does not
  *   look like progress.
+ *   A fleet block (`fleet_tool_breaker`) is shown to the model as any block. An abort
+ *   (any detector: a loop, a spent budget, an operator's stop order) blocks the call, and
+ *   every later call of the run is blocked with the same message at once: the client
+ *   remembers the abort until the run ends (OpenClaw offers a tool hook no way to end the
+ *   run itself; its own loop detection blocks calls in the same way). A decision with
+ *   `enforced: false` (shadow mode, holdout) is executed as `allow` and logged at debug
+ *   level with its `shadow_action`.
  *   When no worker answers in `timeoutMs`, or the broker cannot be reached, the fail
  *   policy decides (fail-open: run the call; fail-closed: block it). The hook never throws:
  *   OpenClaw would block a call whose hook throws, whatever the policy says.
  * - after_tool_call: the result (or error) is sent; calls this plugin blocked are not,
  *   since a blocked call is not part of the run's history.
+ * - llm_output: a `usage` event with the token counts (and cost, when OpenClaw priced
+ *   the model) it carries, for the run's budgets. OpenClaw runs it once per attempt, with
+ *   the attempt's totals: every model call of the attempt, summed. It is the only plugin
+ *   hook that carries usage (model_call_ended has timing only), and a conversation hook:
+ *   OpenClaw registers it for a non-bundled plugin only with
+ *   `plugins.entries.loopwarden.hooks.allowConversationAccess: true` (so is agent_end).
  * - after_compaction: a compaction_retry (arms the post-compaction guard).
  * - agent_end: a run_end (the worker drops the run).
  * - gateway_start: connects (else the first call does); gateway_stop: disconnects.
@@ -22,7 +35,7 @@
 import Ajv from "ajv";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
-import { FAIL_CLOSED, GatewayClient, type Decision, type FailPolicy } from "./client.ts";
+import { FAIL_CLOSED, GatewayClient, MAX_COST_USD, remember, type Decision, type FailPolicy, type Usage } from "./client.ts";
 
 const manifest = JSON.parse(readFileSync(new URL("../openclaw.plugin.json", import.meta.url), "utf8"));
 
@@ -79,6 +92,7 @@ export function clientFor(c: LoopwardenConfig): GatewayClient {
 }
 
 export interface Logger {
+  debug?: (message: string) => void;
   info: (message: string) => void;
   warn: (message: string) => void;
   error: (message: string) => void;
@@ -110,6 +124,34 @@ export interface AgentContext {
   sessionKey?: string;
   sessionId?: string;
 }
+export interface LlmOutputEvent {
+  runId?: string;
+  sessionId?: string;
+  provider?: string;
+  model?: string;
+  resolvedRef?: string;
+  usage?: { input?: number; output?: number; cacheRead?: number; cacheWrite?: number; total?: number };
+}
+
+const count = (v: unknown): number =>
+  typeof v === "number" && Number.isFinite(v) && v > 0 ? Math.min(Math.trunc(v), Number.MAX_SAFE_INTEGER) : 0;
+
+/** The usage event of one llm_output, or undefined when it reports nothing: input tokens
+ * are OpenClaw's `input` plus `cacheRead` and `cacheWrite` (the wire counts cached prompt
+ * tokens as input), output tokens its `output`; a usage with only a `total` counts it as
+ * input. The cost is `usage.cost.total` (US dollars), which OpenClaw adds when the model
+ * has a price in its config (its event type does not declare it); else 0. */
+export function usageOf(event: LlmOutputEvent): Usage | undefined {
+  const u = event.usage;
+  if (!u) return undefined;
+  let inputTokens = Math.min(count(u.input) + count(u.cacheRead) + count(u.cacheWrite), Number.MAX_SAFE_INTEGER);
+  const outputTokens = count(u.output);
+  if (inputTokens + outputTokens === 0) inputTokens = count(u.total);
+  const cost = (u as { cost?: { total?: unknown } }).cost?.total;
+  const costUsd = typeof cost === "number" && Number.isFinite(cost) && cost > 0 && cost <= MAX_COST_USD ? cost : 0;
+  if (inputTokens + outputTokens === 0 && costUsd === 0) return undefined;
+  return { inputTokens, outputTokens, costUsd, model: event.resolvedRef ?? event.model ?? null };
+}
 
 const RETRY_CONNECT_MS = 5000;
 const PENDING_LIMIT = 10_000;
@@ -137,19 +179,13 @@ export function createHooks(config: LoopwardenConfig, logger: Logger, client: Ga
     return started;
   }
 
-  const remember = <T>(m: Map<string, T> | Set<string>, key: string, value?: T) => {
-    if (m.size >= PENDING_LIMIT) m.delete(m.keys().next().value!);
-    if (m instanceof Map) m.set(key, value as T);
-    else m.add(key);
-  };
-
   /** The result with the pending warning of this call appended, once; undefined if none. */
   function withWarning<R extends object>(id: string | undefined, result: R): R | undefined {
     const warning = id ? warnings.get(id) : undefined;
     if (!id || warning === undefined) return undefined;
     warnings.delete(id);
     const text = `[loopwarden] ${warning}`;
-    remember(appended, id, text);
+    remember(appended, id, text, PENDING_LIMIT);
     const old = (result as { content?: unknown }).content;
     const content = Array.isArray(old) ? old : typeof old === "string" ? [{ type: "text", text: old }] : [];
     return { ...result, content: [...content, { type: "text", text }] } as R;
@@ -172,6 +208,8 @@ export function createHooks(config: LoopwardenConfig, logger: Logger, client: Ga
   async function decide(event: BeforeToolCallEvent, ctx: ToolContext): Promise<Decision | undefined> {
     const runId = runOf(event, ctx);
     if (!runId) return undefined;
+    const aborted = client.aborted.get(runId); // holds even when Kafka is out of reach now
+    if (aborted) return aborted;
     const toolCallId = event.toolCallId ?? ctx.toolCallId ?? null;
     try {
       const c = await withTimeout(ready(), config.timeoutMs);
@@ -194,16 +232,23 @@ export function createHooks(config: LoopwardenConfig, logger: Logger, client: Ga
     async before_tool_call(event: BeforeToolCallEvent, ctx: ToolContext) {
       const d = await decide(event, ctx);
       if (!d) return undefined;
+      const tool = event.toolName;
+      const detector = d.detector ?? "no detector";
+      if (d.enforced === false) {
+        logger.debug?.(`loopwarden shadow ${d.shadow_action ?? d.action} ${tool} in run ${d.run_id} (${detector}, ` +
+          `not enforced; allowed)${d.message ? `: ${d.message}` : ""}`);
+        return undefined;
+      }
       const toolCallId = event.toolCallId ?? ctx.toolCallId;
       if (d.action === "block" || d.action === "abort") {
-        if (toolCallId) remember(blocked, toolCallId);
-        const reason = d.message ?? `loopwarden: ${d.action} (${d.detector ?? "no detector"})`;
-        logger.warn(`loopwarden ${d.action} ${d.tool_name} in run ${d.run_id}: ${reason}`);
+        if (toolCallId) remember(blocked, toolCallId, undefined, PENDING_LIMIT);
+        const reason = d.message ?? `loopwarden: ${d.action} (${detector})`;
+        logger.warn(`loopwarden ${d.action} ${tool} in run ${d.run_id} (${detector}): ${reason}`);
         return { block: true, blockReason: reason };
       }
       if (d.action === "warn" && d.message) {
-        logger.warn(`loopwarden warning for ${d.tool_name} in run ${d.run_id}: ${d.message}`);
-        if (toolCallId) remember(warnings, toolCallId, d.message);
+        logger.warn(`loopwarden warning for ${tool} in run ${d.run_id} (${detector}): ${d.message}`);
+        if (toolCallId) remember(warnings, toolCallId, d.message, PENDING_LIMIT);
       }
       return undefined;
     },
@@ -235,6 +280,21 @@ export function createHooks(config: LoopwardenConfig, logger: Logger, client: Ga
     tool_result_persist<M extends object>(event: { toolCallId?: string; message: M }, ctx: { toolCallId?: string }) {
       const message = withWarning(event.toolCallId ?? ctx.toolCallId, event.message);
       return message ? { message } : undefined;
+    },
+
+    /** Reports an attempt's usage (see the module docstring); a budget it spends aborts the
+     * run, and the run's next tool call is blocked. */
+    async llm_output(event: LlmOutputEvent, ctx: AgentContext) {
+      const runId = runOf(event, ctx);
+      const usage = usageOf(event);
+      if (!runId || !usage) return;
+      try {
+        await (await withTimeout(ready(), config.timeoutMs)).usage(runId, {
+          ...usage, agentId: ctx.agentId ?? null, sessionId: ctx.sessionId ?? event.sessionId ?? ctx.sessionKey ?? null,
+        });
+      } catch (err) {
+        logger.warn(`loopwarden: usage of run ${runId} not sent: ${err instanceof Error ? err.message : err}`);
+      }
     },
 
     async after_compaction(_event: unknown, ctx: AgentContext) {

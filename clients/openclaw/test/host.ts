@@ -34,6 +34,7 @@ export function loadPlugin(pluginConfig: Record<string, unknown>) {
     name: "loopwarden",
     pluginConfig,
     logger: {
+      debug: (message: string) => logs.push({ level: "debug", message }),
       info: (message: string) => logs.push({ level: "info", message }),
       warn: (message: string) => logs.push({ level: "warn", message }),
       error: (message: string) => logs.push({ level: "error", message }),
@@ -61,10 +62,10 @@ export class AgentRun {
   readonly runner: NonNullable<ReturnType<typeof getGlobalHookRunner>>;
   readonly middlewares: AgentToolResultMiddleware[];
   constructor(runner: NonNullable<ReturnType<typeof getGlobalHookRunner>>, runId: string,
-    middlewares: AgentToolResultMiddleware[] = []) {
+    middlewares: AgentToolResultMiddleware[] = [], agentId = "main") {
     this.runner = runner;
     this.middlewares = middlewares;
-    this.ctx = { agentId: "main", sessionKey: `agent:main:${runId}`, sessionId: `session-${runId}`, runId };
+    this.ctx = { agentId, sessionKey: `agent:${agentId}:${runId}`, sessionId: `session-${runId}`, runId };
   }
 
   /** Call a tool the way the runner does; returns what the model sees and the persisted message. */
@@ -96,6 +97,17 @@ export class AgentRun {
     const text = result.content.map((c) => c.text ?? "").join("\n");
     const persistedText = ((persisted as { content: { text?: string }[] }).content).map((c) => c.text ?? "").join("\n");
     return { ran, result, text, persistedText };
+  }
+
+  /** The end of a model attempt as OpenClaw's embedded runner reports it: llm_output with
+   * the attempt's usage (every model call of the attempt, summed). */
+  async llmOutput(usage: { input?: number; output?: number; cacheRead?: number; cacheWrite?: number; total?: number },
+    model = "scripted-1"): Promise<void> {
+    await this.runner.runLlmOutput(
+      { runId: this.ctx.runId, sessionId: this.ctx.sessionId, provider: "test", model, resolvedRef: `test/${model}`,
+        assistantTexts: [], usage },
+      { ...this.ctx, trigger: "user" },
+    );
   }
 
   async end(): Promise<void> {

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { hostname } from "node:os";
 import { test } from "node:test";
 import { GatewayClient, type Decision } from "../src/client.ts";
-import { ConfigError, createHooks, resolveConfig } from "../src/plugin.ts";
+import { ConfigError, createHooks, resolveConfig, usageOf } from "../src/plugin.ts";
 import { AgentRun, install, loadPlugin } from "./host.ts";
 
 const output = (text: string) => ({ content: [{ type: "text", text }], details: { bytes: text.length } });
@@ -30,17 +30,18 @@ test("config: defaults from the manifest's schema, every mistake named", () => {
   assert.equal(sasl.privacy, false);
 });
 
-test("register: the seven hooks and the tool-result middleware, on OpenClaw's plugin api", () => {
+test("register: the eight hooks and the tool-result middleware, on OpenClaw's plugin api", () => {
   const { typedHooks, middlewares, logs } = loadPlugin({ bootstrap: "127.0.0.1:1", gatewayId: "gw-reg" });
   assert.deepEqual(typedHooks.map((h) => h.hookName).sort(),
     ["after_compaction", "after_tool_call", "agent_end", "before_tool_call", "gateway_start", "gateway_stop",
-      "tool_result_persist"]);
+      "llm_output", "tool_result_persist"]);
   assert.equal(middlewares.length, 1);
   assert.match(logs[0].message, /gateway gw-reg on 127\.0\.0\.1:1 .*fail-open, timeout 2000 ms, privacy on/);
 });
 
-/** A client that answers from a script and records what the hooks sent. */
-function scripted(actions: Decision["action"][]) {
+/** A client that answers from a script (an action, or the decision's fields) and records
+ * what the hooks sent. */
+function scripted(script: (Decision["action"] | Partial<Decision>)[]) {
   const client = new GatewayClient({ bootstrap: "127.0.0.1:1", gatewayId: "gw-s" });
   const sent: string[] = [];
   let n = 0;
@@ -48,11 +49,13 @@ function scripted(actions: Decision["action"][]) {
     start: async () => client,
     close: async () => undefined,
     check: async (runId: string, tool: string) => {
-      const action = actions[n++];
+      const step = script[n++];
+      const fields = typeof step === "string" ? { action: step } : step;
       sent.push(`call ${tool}`);
       return { ...client.fallback({ type: "tool_call", run_id: runId, seq: n, gateway_id: "gw-s", tool_name: tool }),
-        action, degraded: false, message: `${action} #${n} from loopwarden` };
+        degraded: false, message: `${fields.action} #${n} from loopwarden`, ...fields };
     },
+    usage: async (runId: string, u: Record<string, unknown>) => void sent.push(`usage ${runId} ${JSON.stringify(u)}`),
     result: async (_r: string, tool: string, _p: unknown, o: { result?: unknown; error?: unknown }) => {
       sent.push(`result ${tool} ${"error" in o ? "error" : JSON.stringify((o.result as { content: unknown }).content)}`);
     },
@@ -89,6 +92,100 @@ for (const middleware of [true, false]) {
     assert.deepEqual(sent, ["call read", same, "call read", same, "call read", "call exec", "compaction", "end"]);
   });
 }
+
+/** The hooks on a scripted client, run by OpenClaw's hook runner. */
+function scriptedRun(script: Parameters<typeof scripted>[0], runId = "run-s") {
+  const { client, sent } = scripted(script);
+  const logs: { level: string; message: string }[] = [];
+  const at = (level: string) => (message: string) => void logs.push({ level, message });
+  const hooks = createHooks(resolveConfig({ bootstrap: "127.0.0.1:1", gatewayId: "gw-s" }),
+    { debug: at("debug"), info: at("info"), warn: at("warn"), error: at("error") }, client);
+  const { client: _c, tool_result_middleware, ...handlers } = hooks;
+  const runner = install(Object.entries(handlers).map(([hookName, handler]) => ({ pluginId: "loopwarden", hookName, handler, source: "test" })));
+  return { run: new AgentRun(runner, runId, [tool_result_middleware as never]), sent, logs };
+}
+
+test("shadow: a decision not enforced runs the call as allow, shows the model nothing, logs its shadow_action at debug", async () => {
+  const shadow = (shadow_action: Decision["shadow_action"], level: Decision["level"], detector: string | null) =>
+    ({ action: "allow" as const, enforced: false, shadow_action, level, detector, message: detector && `${detector} says ${shadow_action}` });
+  const { run, sent, logs } = scriptedRun([
+    shadow("allow", "none", null), shadow("warn", "warning", "generic_repeat"), shadow("block", "critical", "generic_repeat"),
+    shadow("abort", "critical", "run_budget"),
+    { action: "block", enforced: false, shadow_action: "block" }, // not enforced wins, whatever the action says
+  ]);
+  for (let i = 0; i < 5; i++) {
+    const r = await run.call("read", { path: "a" }, () => output("same"));
+    assert.deepEqual([r.ran, r.text, r.persistedText], [true, "same", "same"], `call ${i + 1}`);
+  }
+  assert.equal(sent.filter((s) => s.startsWith("result read")).length, 5); // every call is part of the history
+  const debug = logs.filter((l) => l.level === "debug").map((l) => l.message);
+  assert.equal(debug.length, 5);
+  assert.match(debug[0], /^loopwarden shadow allow read in run run-s \(no detector, not enforced; allowed\)$/);
+  assert.match(debug[1], /^loopwarden shadow warn read in run run-s \(generic_repeat, not enforced; allowed\): generic_repeat says warn$/);
+  assert.match(debug[2], /^loopwarden shadow block read /);
+  assert.match(debug[3], /^loopwarden shadow abort read .*\(run_budget, /);
+  assert.deepEqual(logs.filter((l) => l.level !== "debug"), []);
+});
+
+test("a fleet block is shown to the model like any block; an operator's stop aborts like any abort", async () => {
+  const fleet = { action: "block" as const, level: "critical" as const, detector: "fleet_tool_breaker", fleet_signal: "web_fetch:error:x:1",
+    message: "Blocked: web_fetch is failing across the fleet (24 runs on 5 gateways hit the same error within 300 s)" };
+  const stop = { action: "abort" as const, level: "critical" as const, detector: "operator_stop", fleet_signal: "stop-1",
+    message: "incident 42: stop every run of this agent" };
+  const { run, sent, logs } = scriptedRun([fleet, stop]);
+  const b = await run.call("web_fetch", { url: "https://example.test" }, () => output("never"));
+  assert.deepEqual([b.ran, b.text, b.result.details?.status], [false, fleet.message, "blocked"]);
+  const s = await run.call("read", { path: "a" }, () => output("never"));
+  assert.deepEqual([s.ran, s.text, s.result.details?.status], [false, stop.message, "blocked"]);
+  assert.deepEqual(sent, ["call web_fetch", "call read"]); // blocked calls are no part of the history
+  assert.match(logs[0].message, /^loopwarden block web_fetch in run run-s \(fleet_tool_breaker\): Blocked: web_fetch is failing/);
+  assert.match(logs[1].message, /^loopwarden abort read in run run-s \(operator_stop\): incident 42/);
+});
+
+test("llm_output: the attempt's usage is reported, cached prompt tokens as input, the cost when OpenClaw priced it", async () => {
+  const { run, sent } = scriptedRun([]);
+  await run.llmOutput({ input: 700, cacheRead: 150, cacheWrite: 50, output: 100, total: 1000 });
+  await run.llmOutput({ input: 0, output: 0 }); // nothing used: nothing sent
+  await run.llmOutput({ total: 42 }, "other");
+  await run.runner.runLlmOutput({ runId: "run-s", sessionId: "s", provider: "p", model: "m", assistantTexts: [],
+    usage: { input: 10, output: 5, cost: { total: 0.0125 } } as never }, { ...run.ctx });
+  await run.runner.runLlmOutput({ runId: "run-s", sessionId: "s", provider: "p", model: "m", assistantTexts: [] }, { ...run.ctx });
+  const usage = (u: object) => `usage run-s ${JSON.stringify({ ...u, agentId: "main", sessionId: "session-run-s" })}`;
+  assert.deepEqual(sent, [
+    usage({ inputTokens: 900, outputTokens: 100, costUsd: 0, model: "test/scripted-1" }),
+    usage({ inputTokens: 42, outputTokens: 0, costUsd: 0, model: "test/other" }),
+    usage({ inputTokens: 10, outputTokens: 5, costUsd: 0.0125, model: "m" }),
+  ]);
+  // what OpenClaw may hand over that the wire cannot take is left out, never thrown
+  assert.deepEqual(usageOf({ usage: { input: -3, output: 2.7, cacheRead: Number.NaN, cost: { total: -1 } } as never }),
+    { inputTokens: 0, outputTokens: 2, costUsd: 0, model: null });
+  assert.equal(usageOf({ usage: { cost: { total: Number.POSITIVE_INFINITY } } as never }), undefined);
+  assert.equal(usageOf({}), undefined);
+});
+
+test("an abort the client holds (a usage event's) blocks the run's next calls at once, even with Kafka out of reach", async () => {
+  const logs: string[] = [];
+  const log = (m: string) => void logs.push(m);
+  const hooks = createHooks(resolveConfig({ bootstrap: "127.0.0.1:1", gatewayId: "gw-held", timeoutMs: 2000 }),
+    { info: log, warn: log, error: log });
+  const abort = { ...hooks.client.fallback({ type: "usage", run_id: "run-held", seq: 5, gateway_id: "gw-held" }),
+    tool_name: null, action: "abort", level: "critical", detector: "run_budget", count: 2000, warning_key: "budget:tokens",
+    message: "Run aborted: its tokens budget is spent (2000 tokens used of 2000 tokens)", degraded: undefined };
+  hooks.client.deliver(Buffer.from(JSON.stringify(abort)));
+  const { client: _c, tool_result_middleware: _m, ...handlers } = hooks;
+  const runner = install(Object.entries(handlers).map(([hookName, handler]) => ({ pluginId: "loopwarden", hookName, handler, source: "test" })));
+  const run = new AgentRun(runner, "run-held");
+  for (const tool of ["read", "exec"]) {
+    const t0 = Date.now();
+    const r = await run.call(tool, { path: "a" }, () => output("never"));
+    assert.ok(Date.now() - t0 < 500, `took ${Date.now() - t0} ms`);
+    assert.deepEqual([r.ran, r.text], [false, abort.message]);
+  }
+  assert.match(logs[0], /^loopwarden abort read in run run-held \(run_budget\): Run aborted/);
+  const other = await new AgentRun(runner, "run-other").call("read", { path: "a" }, () => output("ran"));
+  assert.deepEqual([other.ran, other.text], [true, "ran"]); // fail-open, after the connection attempt failed
+  await runner.runGatewayStop({ reason: "test" }, {});
+});
 
 for (const failPolicy of ["fail-open", "fail-closed"] as const) {
   test(`no Kafka: ${failPolicy} decides within the timeout`, async () => {
