@@ -4,10 +4,14 @@
 // and compares the decisions with the expected ones.
 //
 //   node scripts/conformance.ts --bootstrap HOST:PORT --prefix P. --mode privacy|raw \
-//     --tag TAG SCENARIO.json...
+//     (--tag TAG | --as-written) SCENARIO.json...
 //
 // Every run id and gateway id is prefixed with TAG + the scenario's index, so several
-// scenarios and both modes can share one worker.
+// scenarios and both modes can share one worker. With --as-written, ids are sent as the
+// scenario writes them: holdout hashes the run id (semantics.md section 10), so a
+// scenario that sets loopwarden.holdoutPercent gets topics and a worker of its own
+// instead. Every event, usage events included, is sent with `publish`, with the seq the
+// scenario gives it.
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { GatewayClient, type Decision } from "../src/client.ts";
@@ -20,6 +24,7 @@ const { values, positionals } = parseArgs({
     prefix: { type: "string" },
     mode: { type: "string", default: "privacy" },
     tag: { type: "string", default: "" },
+    "as-written": { type: "boolean", default: false },
     timeout: { type: "string", default: "60" },
   },
 });
@@ -31,9 +36,9 @@ let want = 0;
 const events: WireEvent[] = [];
 scenarios.forEach((sc, i) => {
   want += sc.decisions.length;
+  const tag = `${values.tag}${i}-`;
   for (const e of sc.events) {
-    const tag = `${values.tag}${i}-`;
-    events.push({ ...e, run_id: tag + e.run_id, gateway_id: tag + e.gateway_id });
+    events.push(values["as-written"] ? e : { ...e, run_id: tag + e.run_id, gateway_id: tag + e.gateway_id });
   }
 });
 
