@@ -10,12 +10,26 @@ so adding one costs nothing to the others.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Generic, Literal, NamedTuple, TypeVar
+from typing import ClassVar, Generic, Literal, NamedTuple, Protocol, TypeVar
 
 from ..state import GuardEntry, HistoryEntry
 
-if TYPE_CHECKING:
-    from ..config import AgentConfig
+
+class Thresholds(Protocol):
+    """What a detector reads of its agent's effective config (`config.AgentConfig` has
+    these): the thresholds of semantics.md section 1 and the guard's window. A protocol,
+    so the rules need nothing of the config module, which builds on them."""
+
+    @property
+    def warning(self) -> int: ...
+    @property
+    def critical(self) -> int: ...
+    @property
+    def unknown_tool(self) -> int: ...
+    @property
+    def global_breaker(self) -> int: ...
+    @property
+    def window(self) -> int: ...
 
 
 class CallScan:
@@ -149,7 +163,7 @@ class Detector(Generic[ScanT]):
     (an unknown-tool streak of at least one), so the engine does not ask it about a new
     call after any other entry."""
 
-    def evaluate(self, scan: ScanT, cfg: AgentConfig) -> Verdict | None:
+    def evaluate(self, scan: ScanT, cfg: Thresholds) -> Verdict | None:
         raise NotImplementedError
 
     def message(self, action: str, tool: str, count: int | None, paired: str | None) -> str:

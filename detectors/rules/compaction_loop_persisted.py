@@ -7,19 +7,14 @@ run is answered with an abort too. Its switch is `enabled` itself (on unless fal
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .base import Detector, GuardScan, Verdict
-
-if TYPE_CHECKING:
-    from ..config import AgentConfig
+from .base import Detector, GuardScan, Thresholds, Verdict
 
 
 class CompactionLoopPersisted(Detector[GuardScan]):
     name = "compaction_loop_persisted"
     judges = "tool_result"
 
-    def evaluate(self, scan: GuardScan, cfg: AgentConfig) -> Verdict | None:
+    def evaluate(self, scan: GuardScan, cfg: Thresholds) -> Verdict | None:
         if scan.same >= cfg.window:
             return Verdict("critical", self, scan.same, None)
         return None

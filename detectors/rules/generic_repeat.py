@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .base import CallScan, Detector, Verdict
-
-if TYPE_CHECKING:
-    from ..config import AgentConfig
+from .base import CallScan, Detector, Thresholds, Verdict
 
 
 class GenericRepeat(Detector[CallScan]):
@@ -16,7 +11,7 @@ class GenericRepeat(Detector[CallScan]):
     judges = "tool_call"
     repeats_only = True
 
-    def evaluate(self, scan: CallScan, cfg: AgentConfig) -> Verdict | None:
+    def evaluate(self, scan: CallScan, cfg: Thresholds) -> Verdict | None:
         if scan.known_poll:
             return None
         if scan.no_progress >= cfg.critical:

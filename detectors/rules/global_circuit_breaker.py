@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .base import CallScan, Detector, Verdict
-
-if TYPE_CHECKING:
-    from ..config import AgentConfig
+from .base import CallScan, Detector, Thresholds, Verdict
 
 
 class GlobalCircuitBreaker(Detector[CallScan]):
@@ -15,7 +10,7 @@ class GlobalCircuitBreaker(Detector[CallScan]):
     judges = "tool_call"
     repeats_only = True
 
-    def evaluate(self, scan: CallScan, cfg: AgentConfig) -> Verdict | None:
+    def evaluate(self, scan: CallScan, cfg: Thresholds) -> Verdict | None:
         if scan.no_progress >= cfg.global_breaker:
             return Verdict("critical", self, scan.no_progress, f"global:{scan.tool}:{scan.sig}:{scan.latest}")
         return None

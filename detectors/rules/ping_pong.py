@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..state import HistoryEntry
-from .base import CallScan, Detector, Verdict
-
-if TYPE_CHECKING:
-    from ..config import AgentConfig
+from .base import CallScan, Detector, Thresholds, Verdict
 
 
 def _utf16(s: str) -> bytes:
@@ -69,7 +64,7 @@ class PingPong(Detector[CallScan]):
     judges = "tool_call"
     repeats_only = True
 
-    def evaluate(self, scan: CallScan, cfg: AgentConfig) -> Verdict | None:
+    def evaluate(self, scan: CallScan, cfg: Thresholds) -> Verdict | None:
         count, paired, paired_sig, evidence = alternation(scan.history, scan.sig)
         if count < cfg.warning or paired_sig is None:
             return None

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .base import CallScan, Detector, Verdict
-
-if TYPE_CHECKING:
-    from ..config import AgentConfig
+from .base import CallScan, Detector, Thresholds, Verdict
 
 
 class UnknownToolRepeat(Detector[CallScan]):
@@ -15,7 +10,7 @@ class UnknownToolRepeat(Detector[CallScan]):
     judges = "tool_call"
     streak_only = True  # unknownToolThreshold is at least 1
 
-    def evaluate(self, scan: CallScan, cfg: AgentConfig) -> Verdict | None:
+    def evaluate(self, scan: CallScan, cfg: Thresholds) -> Verdict | None:
         if scan.unknown_streak >= cfg.unknown_tool:
             return Verdict("critical", self, scan.unknown_streak, f"unknown-tool:{scan.tool}:{scan.missing}")
         return None
