@@ -44,6 +44,89 @@ ERROR_HEADER = "loopwarden.error"
 # --- state (pure) ------------------------------------------------------------------------
 
 
+class PolicyView:
+    """What loopwarden's own rules add to the view: what shadow and held-out runs would
+    have been told (semantics.md section 10), the runs closest to their budget (section
+    8), and the fleet topic's open breakers and stop orders (section 9)."""
+
+    def __init__(self, max_runs: int = 10_000) -> None:
+        self.max_runs = max_runs
+        self.shadow: Counter[str] = Counter()  # by shadow_action
+        self.shadow_detectors: Counter[str] = Counter()  # their would-be warnings, blocks and aborts
+        self.budget_runs: dict[str, dict[str, Any]] = {}  # run -> its budget row, newest last
+        self.fleet: FleetLedger | None = None  # None: the fleet topic is not read
+
+    def add(self, d: Decision, ts: float) -> None:
+        if not d.enforced and d.shadow_action is not None:
+            self.shadow[d.shadow_action] += 1
+            if d.detector and d.shadow_action in FLAGGED:
+                self.shadow_detectors[d.detector] += 1
+        if d.detector == RUN_BUDGET:
+            self._track_budget(d, ts)
+
+    def _track_budget(self, d: Decision, ts: float) -> None:
+        """A run warned or stopped by its budget: its kind and the percent it used."""
+        parts = (d.warning_key or "").split(":")  # budget:{kind}:{mark} (warning), budget:{kind} (abort)
+        if len(parts) < 2:
+            return  # a call after the abort: the run is already listed
+        action = d.shadow_action or d.action
+        percent = d.count if action == "warn" else 100
+        self.budget_runs.pop(d.run_id, None)
+        self.budget_runs[d.run_id] = {
+            "run_id": d.run_id,
+            "agent_id": d.agent_id,
+            "gateway_id": d.gateway_id,
+            "kind": parts[1],
+            "percent": percent,
+            "stopped": action == "abort",
+            "enforced": d.enforced,
+            "last_seen": ts,
+        }
+        if len(self.budget_runs) > self.max_runs:
+            del self.budget_runs[next(iter(self.budget_runs))]
+
+    def watch_fleet(self) -> FleetLedger:
+        """The fleet topic is read (so no breaker seen means none, not unknown)."""
+        if self.fleet is None:
+            self.fleet = FleetLedger()
+        return self.fleet
+
+    def _fleet_now(self, now: float) -> dict[str, Any] | None:
+        if self.fleet is None:
+            return None
+        ms = int(now * 1000)  # live, event time is about the wall clock
+        breakers = [
+            {"id": r.id, "tool_name": r.tool_name, "runs": r.runs, "gateways": r.gateways, "until_ts": r.until_ts}
+            for r in self.fleet.records.values()
+            if isinstance(r, Breaker) and r.from_ts <= ms < r.until_ts
+        ]
+        orders = []
+        for r in self.fleet.records.values():
+            if isinstance(r, StopOrder) and (r.until_ts is None or ms < r.until_ts):
+                field, value = r.target()
+                orders.append(
+                    {"id": r.id, "target": f"{field.removesuffix('_id')} {value}", "reason": r.reason}
+                    | {"from_ts": r.from_ts, "until_ts": r.until_ts, "pending": r.from_ts > ms}
+                )
+        return {"open_breakers": breakers, "stop_orders": orders, "skipped": self.fleet.skipped}
+
+    def snapshot(self, now: float, shadow_rates: dict[str, float]) -> dict[str, Any]:
+        closest = sorted(self.budget_runs.values(), key=lambda r: (-r["percent"], -r["last_seen"]))[:10]
+        return {
+            "shadow": {
+                "decisions": sum(self.shadow.values()),
+                "would_have": {a: self.shadow[a] for a in ACTIONS},
+                "per_minute": shadow_rates,
+                "by_detector": dict(sorted(self.shadow_detectors.items())),
+            },
+            "budget_runs": [
+                {k: v for k, v in r.items() if k != "last_seen"} | {"age_s": round(max(0.0, now - r["last_seen"]), 1)}
+                for r in closest
+            ],
+            "fleet": self._fleet_now(now),
+        }
+
+
 class TopState:
     """Aggregates decisions into totals, windowed rates and the runs looping now.
 
@@ -75,13 +158,7 @@ class TopState:
         self._latest = -math.inf
         self._seen: dict[str, None] = {}  # recent event_ids, oldest first
         self._dedup = dedup
-        # Shadow and held-out runs (semantics.md section 10): what they would have been told.
-        self.shadow: Counter[str] = Counter()  # by shadow_action
-        self.shadow_detectors: Counter[str] = Counter()  # their would-be warnings, blocks and aborts
-        # Run budgets (section 8): the runs warned or stopped by their budget, with the percent used.
-        self.budget_runs: dict[str, dict[str, Any]] = {}
-        # The fleet topic (section 9): breakers and stop orders (None: the topic is not read).
-        self.fleet: FleetLedger | None = None
+        self.policy = PolicyView(max_runs)  # shadow, budgets and the fleet (sections 8 to 10)
 
     # input
 
@@ -96,12 +173,8 @@ class TopState:
         self.decisions += 1
         self.actions[d.action] += 1
         if not d.enforced and d.shadow_action is not None:  # published as allow: counted apart
-            self.shadow[d.shadow_action] += 1
             self._bucket(ts)["shadow", d.shadow_action] += 1
-            if d.detector and d.shadow_action in FLAGGED:
-                self.shadow_detectors[d.detector] += 1
-        if d.detector == RUN_BUDGET:
-            self._track_budget(d, ts)
+        self.policy.add(d, ts)
         if d.detector:
             self.detectors[d.detector] += 1
             self.detector_actions.setdefault(d.detector, Counter())[d.action] += 1
@@ -161,51 +234,9 @@ class TopState:
         for k in [k for k in self._buckets if k < oldest]:
             del self._buckets[k]
 
-    def _track_budget(self, d: Decision, ts: float) -> None:
-        """A run warned or stopped by its budget: its kind and the percent it used."""
-        parts = (d.warning_key or "").split(":")  # budget:{kind}:{mark} (warning), budget:{kind} (abort)
-        if len(parts) < 2:
-            return  # a call after the abort: the run is already listed
-        action = d.shadow_action or d.action
-        percent = d.count if action == "warn" else 100
-        self.budget_runs.pop(d.run_id, None)
-        self.budget_runs[d.run_id] = {
-            "run_id": d.run_id,
-            "agent_id": d.agent_id,
-            "gateway_id": d.gateway_id,
-            "kind": parts[1],
-            "percent": percent,
-            "stopped": action == "abort",
-            "enforced": d.enforced,
-            "last_seen": ts,
-        }
-        if len(self.budget_runs) > self.max_runs:
-            del self.budget_runs[next(iter(self.budget_runs))]
-
     def watch_fleet(self) -> FleetLedger:
         """The fleet topic is read (so no breaker seen means none, not unknown)."""
-        if self.fleet is None:
-            self.fleet = FleetLedger()
-        return self.fleet
-
-    def _fleet_now(self, now: float) -> dict[str, Any] | None:
-        if self.fleet is None:
-            return None
-        ms = int(now * 1000)  # live, event time is about the wall clock
-        breakers = [
-            {"id": r.id, "tool_name": r.tool_name, "runs": r.runs, "gateways": r.gateways, "until_ts": r.until_ts}
-            for r in self.fleet.records.values()
-            if isinstance(r, Breaker) and r.from_ts <= ms < r.until_ts
-        ]
-        orders = []
-        for r in self.fleet.records.values():
-            if isinstance(r, StopOrder) and (r.until_ts is None or ms < r.until_ts):
-                field, value = r.target()
-                orders.append(
-                    {"id": r.id, "target": f"{field.removesuffix('_id')} {value}", "reason": r.reason}
-                    | {"from_ts": r.from_ts, "until_ts": r.until_ts, "pending": r.from_ts > ms}
-                )
-        return {"open_breakers": breakers, "stop_orders": orders, "skipped": self.fleet.skipped}
+        return self.policy.watch_fleet()
 
     def _track_run(self, d: Decision, ts: float) -> None:
         r = self.runs.get(d.run_id)
@@ -311,7 +342,6 @@ class TopState:
             )
         runs = self.looping(now)
         shadow_rates = {a: round(minute["shadow", a] * scale, 2) for a in FLAGGED}
-        closest = sorted(self.budget_runs.values(), key=lambda r: (-r["percent"], -r["last_seen"]))[:10]
         return {
             "at": round(now, 3),
             "decisions": self.decisions,
@@ -327,17 +357,7 @@ class TopState:
             "dead_letters": dead,
             "workers": workers,
             "window_s": {"rate": round(rate_span, 1), "minute": round(min_span, 1)},
-            "shadow": {
-                "decisions": sum(self.shadow.values()),
-                "would_have": {a: self.shadow[a] for a in ACTIONS},
-                "per_minute": shadow_rates,
-                "by_detector": dict(sorted(self.shadow_detectors.items())),
-            },
-            "budget_runs": [
-                {k: v for k, v in r.items() if k != "last_seen"} | {"age_s": round(max(0.0, now - r["last_seen"]), 1)}
-                for r in closest
-            ],
-            "fleet": self._fleet_now(now),
+            **self.policy.snapshot(now, shadow_rates),
         }
 
 
@@ -567,7 +587,7 @@ async def show(
 
     mode: "live" (rich, in place), "plain" (one summary line a refresh, for a pipe) or
     "jsonl" (one snapshot a line). The last snapshot is returned."""
-    from .topview import plain_line, render
+    from .topview import plain_line
 
     deadline = None if seconds is None else time.monotonic() + seconds
     scraper = None
@@ -603,25 +623,7 @@ async def show(
     snap: dict[str, Any] = {}
     try:
         if mode == "live":
-            from rich.console import Console
-            from rich.live import Live
-
-            console = console or Console()
-            with Live(
-                console=console,
-                screen=screen,
-                auto_refresh=False,
-                transient=False,
-                redirect_stdout=False,
-                redirect_stderr=False,
-                vertical_overflow="crop",
-            ) as live:
-                while True:
-                    snap = top.snapshot()
-                    live.update(render(snap, console.size.width, console.size.height), refresh=True)
-                    if done():
-                        break
-                    await read_for(refresh_s)
+            snap = await _live(top, done, read_for, refresh_s, screen, console)
         else:
             while True:
                 await read_for(refresh_s)
@@ -634,6 +636,33 @@ async def show(
         if scraper:
             scraper.cancel()
     return snap
+
+
+async def _live(top: Top, done: Any, read_for: Any, refresh_s: float, screen: bool, console: Any) -> dict[str, Any]:
+    """The live view, redrawn in place after each read, until `done()`; the last snapshot."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from .topview import render
+
+    console = console or Console()
+    snap: dict[str, Any] = {}
+    live = Live(
+        console=console,
+        screen=screen,
+        auto_refresh=False,
+        transient=False,
+        redirect_stdout=False,
+        redirect_stderr=False,
+        vertical_overflow="crop",
+    )
+    with live:
+        while True:
+            snap = top.snapshot()
+            live.update(render(snap, console.size.width, console.size.height), refresh=True)
+            if done():
+                return snap
+            await read_for(refresh_s)
 
 
 async def once(top: Top, stop: asyncio.Event, seconds: float | None = None) -> dict[str, Any] | None:
