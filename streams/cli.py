@@ -280,6 +280,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return main_simulate(_settings(args), args)
 
 
+def cmd_hooks(args: argparse.Namespace) -> int:
+    if args.action == "serve":
+        from .hooks.sidecar import run_serve
+
+        run_serve(_settings(args), args)
+        return ExitCode.OK
+    from .hooks.install import run_install
+
+    return run_install(args)
+
+
 def _positive_int(text: str) -> int:
     try:
         n = int(text)
@@ -680,6 +691,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tp._negative_number_matcher = RELATIVE_TIME
     tp.set_defaults(func=cmd_top)
+
+    hk = sub.add_parser(
+        "hooks",
+        help="guard Claude Code, Codex and Gemini CLI through their hooks: the local sidecar, the installer",
+        description="serve: the sidecar the hooks ask (one gateway client, an HTTP endpoint per runtime and hook "
+        "event, POST /claude-code/PreToolUse ...). install: write or merge the runtime's hook config so each of its "
+        "hook events runs `loopwarden-hook RUNTIME EVENT`. The README's hooks sections say what each decision does "
+        "in each runtime.",
+    )
+    hks = hk.add_subparsers(dest="action", metavar="ACTION", required=True)
+    hs = hks.add_parser("serve", help="serve the hooks until SIGINT or SIGTERM")
+    hs.add_argument("--listen", default="127.0.0.1:7077", metavar="HOST:PORT", help="default 127.0.0.1:7077")
+    hs.add_argument("--gateway-id", help="the gateway id of every event (default: the host name)")
+    hs.add_argument("--agent-id", help="the agent id of every event (default: the project directory's name)")
+    hs.add_argument("--timeout-s", type=float, default=2.0, help="wait this long for a decision (default 2)")
+    hs.add_argument("--fail-closed", action="store_true", help="deny calls without a decision (http hooks)")
+    hs.add_argument("--raw", action="store_true", help="send params and results, not their hashes")
+    hs.add_argument("--max-input-bytes", type=_positive_int, default=16 << 20, help="refuse larger hook inputs")
+    hs.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    _worker_flags(hs)
+    hi = hks.add_parser("install", help="write or merge a runtime's hook config (JSON or TOML)")
+    hi.add_argument("runtime", choices=["claude-code", "codex", "gemini-cli"])
+    where = hi.add_mutually_exclusive_group()
+    where.add_argument("--project", metavar="DIR", help="the project's config (default: this directory's)")
+    where.add_argument("--user", action="store_true", help="the user's config (~/.claude, ~/.codex, ~/.gemini)")
+    hi.add_argument("--print", action="store_true", help="print the config as it would be written; write nothing")
+    hi.add_argument("--fail-closed", action="store_true", help="the hooks deny calls when loopwarden gives no answer")
+    hi.add_argument("--url", help="the sidecar's URL, if not http://127.0.0.1:7077")
+    hi.add_argument("--http", action="store_true", help="claude-code: http hooks posting to the sidecar")
+    hi.add_argument("--hook-command", metavar="PATH", help="how the runtime runs loopwarden-hook")
+    hk.set_defaults(func=cmd_hooks)
     return p
 
 
