@@ -1,7 +1,9 @@
 """The plugin as an operator installs it, in a real OpenClaw (the `openclaw` CLI of the
 published package, in a throw-away home): `npm pack`, `openclaw plugins install` of the
 archive (OpenClaw installs its dependencies with npm), OpenClaw's own validation of the
-plugin config against openclaw.plugin.json's configSchema, enable, and inspect: loaded."""
+plugin config against openclaw.plugin.json's configSchema, enable, and inspect: loaded.
+Its conversation hooks (llm_output, which carries the model usage, and agent_end) are
+registered only once `hooks.allowConversationAccess` is set, as the README says."""
 
 from __future__ import annotations
 
@@ -58,3 +60,23 @@ def test_openclaw_installs_validates_and_loads_the_plugin(tmp_path):
     assert info["plugin"]["status"] == "loaded" and info["plugin"]["enabled"] is True, info["plugin"]
     assert info["plugin"]["source"].endswith("dist/index.js")
     assert info["plugin"]["configJsonSchema"] == manifest["configSchema"]
+
+    def runtime_hooks() -> tuple[list[str], list[str]]:
+        out = json.loads(run("openclaw", "plugins", "inspect", "loopwarden", "--runtime", "--json").stdout)
+        return sorted(h["name"] for h in out["typedHooks"]), [d["message"] for d in out["diagnostics"]]
+
+    hooks, diagnostics = runtime_hooks()
+    assert hooks == [
+        "after_compaction",
+        "after_tool_call",
+        "before_tool_call",
+        "gateway_start",
+        "gateway_stop",
+        "tool_result_persist",
+    ]
+    for hook in ("llm_output", "agent_end"):
+        assert any(f'"{hook}" blocked' in m and "allowConversationAccess=true" in m for m in diagnostics), diagnostics
+    run("openclaw", "config", "set", "plugins.entries.loopwarden.hooks.allowConversationAccess", "true")
+    hooks, diagnostics = runtime_hooks()
+    assert "llm_output" in hooks and "agent_end" in hooks and len(hooks) == 8, hooks
+    assert diagnostics == []
