@@ -8,21 +8,22 @@ import logging
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import faust
 from aiokafka.partitioner import murmur2
 from mode import Service
-from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from detectors import DetectionConfig, LoopwardenError
 
-from ..admin.config_topic import ConfigFollower, ConfigHistory, config_id
+from ..admin.config_topic import ConfigHistory, config_id
 from ..admin.fleet_topic import FleetLedger, read_fleet
 from ..gateway.settings import Settings, read_detection_config
+from . import config_follow, faust_compat, rebalance, watchdog
 from . import fleet as fleet_stage
-from . import watchdog
 from .batches import BatchLoop
-from .delivery import DeliveryWatch
+from .health import Health
 from .metrics import Metrics
 
 log = logging.getLogger("loopwarden.worker")
@@ -60,7 +61,8 @@ def create_app(
     history: ConfigHistory | None = None,
     fleet: FleetLedger | None = None,
 ) -> faust.App:
-    """The worker app: one agent over the events topic, one table of run states.
+    """The worker app: one agent over the events topic, one table of run states, and the
+    pieces around them (health.py, config_follow.py, rebalance.py, fleet.py).
 
     Without a config (`--config` or `config`) the worker follows the config topic
     (streams/admin/config_topic.py): it starts under the current config of `history` (what
@@ -76,15 +78,63 @@ def create_app(
         config = config if config is not None else read_detection_config(settings.config)
         config_now = _file_config_id(settings.config)
     metrics = Metrics()
-    # The config in use, by id ("defaults": the built-in defaults), for dashboards and audits.
-    config_info = Gauge(
-        "loopwarden_config",
-        "1 for the config this worker decides under, labelled by its id",
-        ["config"],
-        registry=metrics.registry,
+    app = _faust_app(settings)
+    events = app.topic(settings.events_topic, partitions=settings.partitions, **RAW)
+    # The run states. Faust owns the table: its store, its changelog topic (compacted,
+    # keyed by run_id), recovery on assignment. The store holds RunState objects written
+    # by the agent, or the bytes Faust put there when it recovered a key from the
+    # changelog; the batch loop's RunStore writes the touched runs' encoded states to the
+    # changelog itself, in explicit produce batches (see run_store.py).
+    runs = app.Table(
+        "runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions, use_partitioner=True
     )
-    config_info.labels(config_now or "defaults").set(1)
-    app = faust.App(
+    inbox: list = []  # the agent's channel, once its stream has started
+
+    def crash(exc: BaseException) -> None:
+        # The worker stops as on SIGTERM, and exits non-zero (run_worker). Not through
+        # `app.crash`: with no supervisor, mode marks every service crashed, the consumer
+        # thread too, whose method queue then serves no call; the stop's final offset
+        # commit (Consumer.wait_empty -> commit -> call_thread) then waits forever, and
+        # SIGTERM only asks for the stop already under way. Whatever happens next, the
+        # process ends within the bound. The stop must not wait for the failed batch
+        # loop to acknowledge what it holds (Faust's wait_empty would, forever): those
+        # events stay unacknowledged, and the partitions' next owner folds them.
+        watchdog.arm(settings.stop_timeout_s, 1, f"crashed: {exc!r}")
+        app.conf.stream_wait_empty = False
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    batches = BatchLoop(
+        settings,
+        config,
+        metrics,
+        lambda: runs.data,
+        lambda: sum(_lags(app, settings, batches).values()),
+        lambda: app.should_stop or app.rebalancing,
+        runs.changelog_topic.get_topic_name(),
+        crash,
+        partition_of=lambda key: (murmur2(key) & 0x7FFFFFFF) % settings.partitions,
+        tombstone_delay=2 * app.conf.broker_commit_interval + settings.flush_interval_ms / 1000.0,
+    )
+    batches.config_id = config_now
+    app.batches = batches  # run_worker reads its failure
+    config_gauge = metrics.config_in_use(config_now)
+    if following:
+        config_follow.install(app, config_follow.ConfigSwitch(settings, history, batches, config_gauge))  # type: ignore[arg-type]
+    # The fleet (semantics.md section 9): stop orders and breakers received, the breaker stage.
+    ledger = fleet if fleet is not None else FleetLedger()
+    batches.fleet = ledger.view
+    fleet_stage.install(app, settings, ledger, lambda: batches.config, metrics)
+    rebalance.install(app, settings, batches, metrics, inbox)
+    Health(app, batches, settings.events_topic, following).install(app)
+    _install_loop(app, settings, events, runs, batches, metrics, inbox)
+    return app
+
+
+RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
+
+
+def _faust_app(settings: Settings) -> faust.App:
+    return faust.App(
         settings.app_id,
         broker=f"kafka://{settings.bootstrap}",
         broker_credentials=_credentials(settings),
@@ -107,150 +157,29 @@ def create_app(
         web_port=settings.web_port,
         web_in_thread=False,
     )
-    events = app.topic(
-        settings.events_topic,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=settings.partitions,
-    )
-    # The run states. Faust owns the table: its store, its changelog topic (compacted,
-    # keyed by run_id), recovery on assignment. The store holds RunState objects written
-    # by the agent, or the bytes Faust put there when it recovered a key from the
-    # changelog; the batch loop's RunStore writes the touched runs' encoded states to the
-    # changelog itself, in explicit produce batches (see run_store.py).
-    runs = app.Table(
-        "runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions, use_partitioner=True
-    )
 
-    def lags() -> dict[int, int]:
-        """Events not folded yet, per assigned partition of the events topic. Only for
-        partitions folded from since they were assigned: before that the position is
-        not known (the committed offset may be anywhere below the highwater)."""
-        consumer, out = app.consumer, {}
-        for tp in consumer.assignment():
-            done = batches.progress.get(tp.partition)
-            if tp.topic != settings.events_topic or done is None:
-                continue
-            try:
-                high = consumer.highwater(tp)
-            except Exception:  # not fetched yet
-                continue
-            out[tp.partition] = max(0, (high or 0) - done - 1)
-        return out
 
-    def crash(exc: BaseException) -> None:
-        # The worker stops as on SIGTERM, and exits non-zero (run_worker). Not through
-        # `app.crash`: with no supervisor, mode marks every service crashed, the consumer
-        # thread too, whose method queue then serves no call; the stop's final offset
-        # commit (Consumer.wait_empty -> commit -> call_thread) then waits forever, and
-        # SIGTERM only asks for the stop already under way. Whatever happens next, the
-        # process ends within the bound.
-        # The stop must not wait for the failed batch loop to acknowledge what it holds
-        # (Faust's wait_empty would, forever): those events stay unacknowledged, and the
-        # partitions' next owner folds them.
-        watchdog.arm(settings.stop_timeout_s, 1, f"crashed: {exc!r}")
-        app.conf.stream_wait_empty = False
-        os.kill(os.getpid(), signal.SIGTERM)
+def _lags(app: faust.App, settings: Settings, batches: BatchLoop) -> dict[int, int]:
+    """Events not folded yet, per assigned partition of the events topic. Only for
+    partitions folded from since they were assigned: before that the position is not
+    known (the committed offset may be anywhere below the highwater)."""
+    consumer, out = app.consumer, {}
+    for tp in consumer.assignment():
+        done = batches.progress.get(tp.partition)
+        if tp.topic != settings.events_topic or done is None:
+            continue
+        try:
+            high = consumer.highwater(tp)
+        except Exception:  # not fetched yet
+            continue
+        out[tp.partition] = max(0, (high or 0) - done - 1)
+    return out
 
-    batches = BatchLoop(
-        settings,
-        config,
-        metrics,
-        lambda: runs.data,
-        lambda: sum(lags().values()),
-        lambda: app.should_stop or app.rebalancing,
-        runs.changelog_topic.get_topic_name(),
-        crash,
-        partition_of=lambda key: (murmur2(key) & 0x7FFFFFFF) % settings.partitions,
-        tombstone_delay=2 * app.conf.broker_commit_interval + settings.flush_interval_ms / 1000.0,
-    )
 
-    batches.config_id = config_now
-    app.batches = batches  # run_worker and /health read its failure
-    # The fleet (semantics.md section 9): stop orders and breakers received, the breaker stage.
-    ledger = fleet if fleet is not None else FleetLedger()
-    batches.fleet = ledger.view
-    fleet_stage.install(app, settings, ledger, lambda: batches.config, metrics)
-
-    if following:
-        follower = ConfigFollower(settings, history)  # type: ignore[arg-type]
-
-        def adopt() -> None:
-            """The topic's current config, if it changed and has been read, for later batches."""
-            cid, new = follower.history.current, follower.history.current_config()
-            if cid is not None and new is None:
-                log.warning(
-                    "the current config %s is not on %s (yet); keeping %s",
-                    cid,
-                    settings.config_topic,
-                    batches.config_id or "defaults",
-                )
-                return
-            if cid != batches.config_id:
-                batches.use_config(new or DetectionConfig({}), cid)  # between two batches; logged there
-                config_info.clear()
-                config_info.labels(cid or "defaults").set(1)
-
-        @app.service
-        class _FollowConfigs(Service):  # polls the config topic about once a second
-            async def on_start(self) -> None:
-                await follower.start()
-                log.warning(
-                    "following %s from offset %d; config %s",
-                    settings.config_topic,
-                    follower.history.next_offset,
-                    batches.config_id or "defaults",
-                )
-
-            async def on_stop(self) -> None:
-                await follower.stop()
-
-            @Service.task
-            async def _follow(self) -> None:
-                while not self.should_stop:
-                    try:
-                        if await follower.poll(1.0):
-                            adopt()
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception as exc:  # the config in use stays; try again
-                        log.warning("cannot read %s: %r", settings.config_topic, exc)
-                        await self.sleep(1.0)
-
-    inbox: list = []  # the agent's channel, once its stream has started
-
-    def idle() -> bool:
-        return (
-            batches.idle()
-            and not (app.rebalancing or app.should_stop)
-            and all(channel.queue.empty() for channel in inbox)
-        )
-
-    watch = DeliveryWatch(
-        app,
-        settings.events_topic,
-        lambda: {p: (offset, batches.folded_at.get(p, 0.0)) for p, offset in batches.progress.items()},
-        idle,
-        on_reread=lambda p: metrics.rereads.labels(str(p)).inc(),
-    )
-
-    @app.on_partitions_revoked.connect
-    async def forget_positions(sender, revoked, **kwargs) -> None:
-        gone = [tp.partition for tp in revoked if tp.topic == settings.events_topic]
-        for p in gone:
-            batches.progress.pop(p, None)
-            batches.folded_at.pop(p, None)
-        watch.revoked(gone)
-
-    @app.on_partitions_assigned.connect
-    async def note_assignment(sender, assigned, **kwargs) -> None:
-        watch.assigned([tp.partition for tp in assigned if tp.topic == settings.events_topic])
-
-    @app.task
-    async def reread_lost_events() -> None:
-        await watch.run(1.0, lambda: app.should_stop)
+def _install_loop(
+    app: faust.App, settings: Settings, events: Any, runs: Any, batches: BatchLoop, metrics: Metrics, inbox: list
+) -> None:
+    """The agent, the batch loop as a service, and the worker's periodic chores."""
 
     @app.service
     class _Batches(Service):  # started and stopped with the worker
@@ -279,53 +208,13 @@ def create_app(
 
     @app.timer(interval=5.0)
     async def report_lag():
-        for partition, n in lags().items():
+        for partition, n in _lags(app, settings, batches).items():
             metrics.lag.labels(str(partition)).set(n)
         metrics.runs.set(len(runs))
 
     @app.page("/metrics")
     async def metrics_page(web, request):
         return web.bytes(generate_latest(metrics.registry), content_type=CONTENT_TYPE_LATEST.split(";")[0])
-
-    def status() -> str:
-        if batches.failed is not None or app._crashed.is_set():
-            return "crashed"
-        if app.should_stop or watchdog.armed():
-            return "stopping"
-        if not batches.broker_ok:
-            return "broker_unreachable"
-        if batches.stalled():
-            return "not_consuming"
-        if app.rebalancing or not app.consumer.assignment():
-            return "rebalancing"
-        return "ok"
-
-    @app.page("/health")
-    async def health(web, request):
-        st = status()
-        try:
-            assigned = sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == settings.events_topic)
-        except Exception:  # the consumer is not started yet
-            assigned = []
-        try:  # what the consumer holds back (Faust pauses partitions while it recovers tables)
-            paused = sorted(tp.partition for tp in app.consumer._paused_partitions if tp.topic == settings.events_topic)
-            flowing = app.flow_control.is_active()
-        except Exception:
-            paused, flowing = [], None
-        return web.json(
-            {
-                "status": st,
-                "app": settings.app_id,
-                "partitions": assigned,
-                "paused": paused,
-                "flow_control": flowing,
-                "config": batches.config_id,
-                "config_follows": following,
-            },
-            status=200 if st == "ok" else 503,
-        )
-
-    return app
 
 
 def _file_config_id(path: str | None) -> str | None:
@@ -352,8 +241,11 @@ def run_worker(settings: Settings) -> None:
     app = create_app(settings, history=history, fleet=asyncio.run(read_fleet(settings)))
     if created:
         log.warning("created topics %s", ", ".join(created))
-    worker = _Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
-    worker.stop_timeout_s = settings.stop_timeout_s
+    worker = faust_compat.Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
+    # Every stop is bounded: a SIGTERM or SIGINT, or any other way out, arms the deadline,
+    # so the process ends within stop_timeout_s (exit 143 or 130 if the graceful stop did
+    # not finish, 1 after a crash).
+    worker.on_stop_begins = lambda code, why: watchdog.arm(settings.stop_timeout_s, code, why)
     worker.spinner = None
     try:
         worker.execute_from_commandline()
@@ -361,24 +253,3 @@ def run_worker(settings: Settings) -> None:
         if app.batches.failed is not None and not exc.code:
             raise SystemExit(1) from None  # stopped because output could not be published
         raise
-
-
-class _Worker(faust.Worker):
-    """Faust's worker, with a deadline on every stop: a SIGTERM or SIGINT arms it, so the
-    process ends within `stop_timeout_s` (exit 143 if the graceful stop did not finish)."""
-
-    stop_timeout_s = 25.0
-
-    def _on_sigterm(self) -> None:
-        watchdog.arm(self.stop_timeout_s, 143, "SIGTERM")
-        super()._on_sigterm()
-
-    def _on_sigint(self) -> None:
-        watchdog.arm(self.stop_timeout_s, 130, "SIGINT")
-        super()._on_sigint()
-
-    def on_worker_shutdown(self) -> None:
-        # Every way out passes here before the stop begins, a crash of Faust's own too.
-        crashed = self.crash_reason is not None or self.app._crashed.is_set()
-        watchdog.arm(self.stop_timeout_s, 1 if crashed else 143, "crashed" if crashed else "stopping")
-        super().on_worker_shutdown()

@@ -82,6 +82,65 @@ def dead_letter(msg: Incoming, err: EventError) -> DeadLetter:
     return DeadLetter(key, value, headers)
 
 
+class Folded(NamedTuple):
+    """A batch folded: its output records, decisions by (action, detector), dead letters,
+    and (with a trace) each decision's (event id, offset, partition)."""
+
+    out: list[OutRecord]
+    counts: dict[tuple[str, str], int]
+    dead: int
+    ids: list[tuple[str, int, int]]
+
+
+def fold_batch(
+    msgs: list[Any],
+    s: Settings,
+    config: DetectionConfig,
+    fleet: FleetView | None,
+    runs: RunStore,
+    metrics: Metrics,
+    traced: bool = False,
+) -> Folded:
+    """Fold one batch of consumed messages through the one fold (detectors.ingest): its
+    decisions, dead letters and fleet records, the touched run states staged in `runs`."""
+    out: list[OutRecord] = []
+    counts: dict[tuple[str, str], int] = {}
+    ids: list[tuple[str, int, int]] = []
+    dead = 0
+
+    def stored(run_id: str, msg: Incoming):  # the fold's loader; the key is the run id (admit checks)
+        return runs.load(msg.key, msg.offset)  # type: ignore[arg-type]
+
+    source = ((m, m.key, m.value) for m in msgs)
+    breaker_on = config.tool_breaker is not None
+    for f in fold(source, config, max_event_bytes=s.max_event_bytes, load=stored, fleet=fleet):
+        msg = f.position
+        if type(f) is SetAside:
+            exc = f.error
+            if exc.reason == "internal_error":
+                log.error("event at %s[%d]@%d set aside: %s", msg.topic, msg.partition, msg.offset, exc)
+            dl = dead_letter(msg, exc)
+            out.append(OutRecord(s.deadletter_topic, dl.key, dl.value, dl.headers, None if dl.key is not None else 0))
+            metrics.dead_letters.labels(exc.reason).inc()
+            dead += 1
+            continue
+        if f.event.ts is not None:
+            runs.saw(msg.partition, f.event.ts)
+        if f.after is not f.before:
+            ended = (f.before, msg.offset) if f.after is None and f.before is not None else None
+            runs.stage(f.key, msg.partition, f.after, ended)  # type: ignore[arg-type]
+        for d, raw in zip(f.decisions, f.encoded, strict=True):
+            out.append(OutRecord(s.decisions_topic, d.gateway_id.encode(), raw))
+            if traced:
+                ids.append((d.event_id, msg.offset, msg.partition))
+            k = (d.action, d.detector or "none")
+            counts[k] = counts.get(k, 0) + 1
+        if breaker_on or f.decisions:
+            fleet_out.outputs(f, s, breaker_on, out)
+    runs.folded({m.partition: m.offset for m in msgs})
+    return Folded(out, counts, dead, ids)
+
+
 class BatchLoop(Service):
     def __init__(
         self,
@@ -200,16 +259,10 @@ class BatchLoop(Service):
 
     @Service.timer(2.0)
     async def _probe_broker(self) -> None:
-        # A metadata request over the decisions producer's connections: during a broker
-        # outage the consumer only logs its errors, and /health must say so.
-        producer = self.publisher._producer
-        if producer is None:
-            return
-        try:
-            ok = bool(await asyncio.wait_for(producer.client.force_metadata_update(), 5.0))
-        except Exception:
-            ok = False
-        self.broker_ok, self.broker_checked = ok, time.monotonic()
+        # During a broker outage the consumer only logs its errors, and /health must say so.
+        ok = await self.publisher.probe()
+        if ok is not None:
+            self.broker_ok, self.broker_checked = ok, time.monotonic()
 
     @Service.task
     async def _fold_loop(self) -> None:
@@ -257,48 +310,10 @@ class BatchLoop(Service):
                 self._fail(exc)
 
     async def _handle(self, batch: list, arrivals: list[float] | None = None) -> None:
-        s = self.settings
         trace = self.trace
         t = {"k": "batch", "n": len(batch), "f0": time.time()} if trace is not None else None
-        ids: list[tuple[str, int, int]] = []  # with a trace: (a decision's event id, its offset, partition)
         msgs = [e.message for e in batch]
-        runs = self.runs
-        out: list[OutRecord] = []
-        counts: dict[tuple[str, str], int] = {}
-        dead = 0
-
-        def stored(run_id: str, msg: Incoming):  # the fold's loader; the key is the run id (admit checks)
-            return runs.load(msg.key, msg.offset)  # type: ignore[arg-type]
-
-        source = ((m, m.key, m.value) for m in msgs)
-        breaker_on = self.config.tool_breaker is not None
-        for f in fold(source, self.config, max_event_bytes=s.max_event_bytes, load=stored, fleet=self.fleet):
-            msg = f.position
-            if type(f) is SetAside:
-                exc = f.error
-                if exc.reason == "internal_error":
-                    log.error("event at %s[%d]@%d set aside: %s", msg.topic, msg.partition, msg.offset, exc)
-                dl = dead_letter(msg, exc)
-                out.append(
-                    OutRecord(s.deadletter_topic, dl.key, dl.value, dl.headers, None if dl.key is not None else 0)
-                )
-                self.metrics.dead_letters.labels(exc.reason).inc()
-                dead += 1
-                continue
-            if f.event.ts is not None:
-                runs.saw(msg.partition, f.event.ts)
-            if f.after is not f.before:
-                ended = (f.before, msg.offset) if f.after is None and f.before is not None else None
-                runs.stage(f.key, msg.partition, f.after, ended)  # type: ignore[arg-type]
-            for d, raw in zip(f.decisions, f.encoded, strict=True):
-                out.append(OutRecord(s.decisions_topic, d.gateway_id.encode(), raw))
-                if t is not None:
-                    ids.append((d.event_id, msg.offset, msg.partition))
-                k = (d.action, d.detector or "none")
-                counts[k] = counts.get(k, 0) + 1
-            if breaker_on or f.decisions:
-                fleet_out.outputs(f, s, breaker_on, out)
-        runs.folded({m.partition: m.offset for m in msgs})
+        folded = fold_batch(msgs, self.settings, self.config, self.fleet, self.runs, self.metrics, t is not None)
         if t is not None:
             t["f1"] = t["w0"] = time.time()
         if self._sent:
@@ -307,10 +322,10 @@ class BatchLoop(Service):
             await asyncio.shield(self._sent[-1])
         if t is not None:
             t["w1"] = time.time()
-        if out:
-            self._sent.append(await self.publisher.send(out))
-        if t is not None:
-            self._trace_batch(t, msgs, arrivals or [], ids)
+        if folded.out:
+            self._sent.append(await self.publisher.send(folded.out))
+        if trace is not None and t is not None:
+            trace.batch(t, msgs, arrivals or [], folded.ids, self._sent[-1] if self._sent else None)
         # The states were staged before these events go into _unacked: a flush in
         # between stores a state ahead of its acknowledgement, never behind it.
         self._unacked.extend(batch)
@@ -318,38 +333,7 @@ class BatchLoop(Service):
         for m in msgs:
             self.progress[m.partition] = m.offset
             self.folded_at[m.partition] = now
-        self._observe(msgs, len(msgs) - dead, counts)
-
-    def _trace_batch(self, t: dict, msgs: list, arrivals: list[float], ids: list[tuple[str, int, int]]) -> None:
-        """The batch's line of the trace, written once its decisions are acknowledged."""
-        t["q"] = time.time()
-        at = {(m.partition, m.offset): (a, m.timestamp) for m, a in zip(msgs, arrivals, strict=False)}
-        t["ids"] = [i for i, _, _ in ids]
-        t["arr"] = [at.get((p, o), (None, None))[0] for _, o, p in ids]
-        t["ts"] = [at.get((p, o), (None, None))[1] for _, o, p in ids]  # the records' Kafka timestamps (s)
-        assert self.trace is not None
-        tracer = self.trace
-
-        def acked(_: asyncio.Future) -> None:
-            t["ack"] = time.time()
-            tracer.line(t)
-
-        if self._sent and not self._sent[-1].done() and ids:
-            self._sent[-1].add_done_callback(acked)
-        else:
-            t["ack"] = t["q"]
-            tracer.line(t)
-
-    def _observe(self, msgs: list, folded: int, counts: dict[tuple[str, str], int]) -> None:
-        """Metrics once per batch (per-event calls into prometheus_client add up)."""
-        m = self.metrics
-        m.batch.observe(len(msgs))
-        m.events.inc(folded)
-        oldest = min((x.timestamp for x in msgs if x.timestamp), default=None)
-        if oldest is not None:
-            m.latency.observe(max(0.0, time.time() - oldest))
-        for (action, detector), n in counts.items():
-            m.decisions.labels(action, detector).inc(n)
+        self.metrics.observe_batch(msgs, len(msgs) - folded.dead, folded.counts)
 
     async def _flush(self, final: bool = False) -> None:
         """Store the staged run states, then acknowledge the events they include.

@@ -41,6 +41,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NamedTuple
 
+from . import faust_compat
+
 log = logging.getLogger("loopwarden.worker")
 
 
@@ -133,7 +135,7 @@ class DeliveryWatch:
         consumer = self.app.consumer
         now = time.monotonic()
         folded = self.folded()
-        paused = {tp.partition for tp in consumer._paused_partitions if tp.topic == self.topic}
+        paused = {tp.partition for tp in faust_compat.paused_partitions(consumer) if tp.topic == self.topic}
         quiet: dict[int, tuple[Any, float]] = {}
         for tp in consumer.assignment():
             p = tp.partition
@@ -180,8 +182,7 @@ class DeliveryWatch:
         group commits only what the batch loop folded, and then the progress is known)."""
         if p in self.starts:
             return self.starts[p]
-        thread = self.app.consumer._thread
-        start = await self._call(thread.call_thread(thread._ensure_consumer().committed, tp))
+        start = await self._call(faust_compat.committed_offset(self.app.consumer, tp))
         if start is None:
             first = await self._call(self.app.consumer.earliest_offsets(tp))
             start = None if first is None else first.get(tp)

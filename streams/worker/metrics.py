@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class Metrics:
+    """The worker's metrics; `config_in_use(id)` sets the config gauge and returns the
+    callable that moves it to another id."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
@@ -64,3 +71,32 @@ class Metrics:
         self.breakers_opened = Counter(
             "loopwarden_breakers_opened", "Tool breakers this worker's fleet stage opened", registry=r
         )
+
+    def observe_batch(self, msgs: list[Any], folded: int, counts: dict[tuple[str, str], int]) -> None:
+        """A batch's figures, once per batch (per-event calls into prometheus_client add up):
+        its size, the events applied, the latency from its oldest event's Kafka timestamp,
+        and its decisions by (action, detector)."""
+        self.batch.observe(len(msgs))
+        self.events.inc(folded)
+        oldest = min((x.timestamp for x in msgs if x.timestamp), default=None)
+        if oldest is not None:
+            self.latency.observe(max(0.0, time.time() - oldest))
+        for (action, detector), n in counts.items():
+            self.decisions.labels(action, detector).inc(n)
+
+    def config_in_use(self, config_id: str | None) -> Callable[[str | None], None]:
+        """The config in use, by id ("defaults": the built-in defaults), for dashboards and
+        audits: set now; the returned callable moves it when the worker switches."""
+        gauge = Gauge(
+            "loopwarden_config",
+            "1 for the config this worker decides under, labelled by its id",
+            ["config"],
+            registry=self.registry,
+        )
+
+        def switch(cid: str | None) -> None:
+            gauge.clear()
+            gauge.labels(cid or "defaults").set(1)
+
+        switch(config_id)
+        return switch

@@ -61,6 +61,17 @@ class BatchProducer(Service):
                 self._producer = producer
         return self._producer
 
+    async def probe(self, timeout_s: float = 5.0) -> bool | None:
+        """Whether the broker answers a metadata request over this producer's connections
+        (None: the producer is not started)."""
+        producer = self._producer
+        if producer is None:
+            return None
+        try:
+            return bool(await asyncio.wait_for(producer.client.force_metadata_update(), timeout_s))
+        except Exception:
+            return False
+
     async def on_stop(self) -> None:
         if self._producer is not None:
             await self._producer.stop()

@@ -39,6 +39,25 @@ class Tracer:
         else:
             self.line({"k": "gc", "gen": info.get("generation"), "t0": self._gc_start, "t1": time.time()})
 
+    def batch(self, t: dict[str, Any], msgs: list[Any], arrivals: list[float], ids: list[Any], sent: Any) -> None:
+        """A batch's line of the trace, written once its decisions are acknowledged
+        (`sent`: the future of their delivery, or None)."""
+        t["q"] = time.time()
+        at = {(m.partition, m.offset): (a, m.timestamp) for m, a in zip(msgs, arrivals, strict=False)}
+        t["ids"] = [i for i, _, _ in ids]
+        t["arr"] = [at.get((p, o), (None, None))[0] for _, o, p in ids]
+        t["ts"] = [at.get((p, o), (None, None))[1] for _, o, p in ids]  # the records' Kafka timestamps (s)
+
+        def acked(_: Any) -> None:
+            t["ack"] = time.time()
+            self.line(t)
+
+        if sent is not None and not sent.done() and ids:
+            sent.add_done_callback(acked)
+        else:
+            t["ack"] = t["q"]
+            self.line(t)
+
     def line(self, record: dict[str, Any]) -> None:
         self._out.write(json.dumps(record, separators=(",", ":")) + "\n")
 

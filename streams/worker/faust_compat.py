@@ -1,0 +1,59 @@
+"""Every use of a private Faust attribute, in one place (written for faust-streaming 0.15.3).
+
+Faust has no public way to ask these things; each function says what it reads and why
+the worker needs it. An upgrade of faust-streaming checks this module first: if a name
+moved, the worker's health, its lost-fetch watch and its stop are what would break.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+
+
+def crashed(app: faust.App) -> bool:
+    """Whether Faust marked the app crashed (`App._crashed`, an asyncio Event set by
+    `App.crash`): /health must say so, and the stop's exit code depends on it."""
+    return bool(app._crashed.is_set())
+
+
+def paused_partitions(consumer: Any) -> set[Any]:
+    """The partitions Faust holds paused (`Consumer._paused_partitions`): it pauses a
+    partition's stream while it recovers tables, and a paused partition is neither
+    stalled nor lost (delivery.py, /health)."""
+    return set(consumer._paused_partitions)
+
+
+async def committed_offset(consumer: Any, tp: Any) -> int | None:
+    """The group's committed offset of `tp`, asked of the aiokafka consumer that Faust
+    runs in its consumer thread (`Consumer._thread`, `_ensure_consumer`): Faust's own
+    Consumer has no call for it, and delivery.py needs where Faust started a partition."""
+    thread = consumer._thread
+    return await thread.call_thread(thread._ensure_consumer().committed, tp)  # type: ignore[no-any-return]
+
+
+class Worker(faust.Worker):
+    """Faust's worker, with a hook on each way a stop begins: Faust calls `_on_sigterm`
+    and `_on_sigint` (mode's signal handlers, protected names) for the signals and
+    `on_worker_shutdown` for every stop, its own crashes included. `on_stop_begins(code,
+    why)` is told which: the caller arms its deadline there."""
+
+    on_stop_begins: Any = None  # (exit code, reason) -> None
+
+    def _begins(self, code: int, why: str) -> None:
+        if self.on_stop_begins is not None:
+            self.on_stop_begins(code, why)
+
+    def _on_sigterm(self) -> None:
+        self._begins(143, "SIGTERM")
+        super()._on_sigterm()
+
+    def _on_sigint(self) -> None:
+        self._begins(130, "SIGINT")
+        super()._on_sigint()
+
+    def on_worker_shutdown(self) -> None:
+        dead = self.crash_reason is not None or crashed(self.app)
+        self._begins(1 if dead else 143, "crashed" if dead else "stopping")
+        super().on_worker_shutdown()

@@ -1,0 +1,55 @@
+"""What a worker does when its partitions move: every rebalance hook, in one place.
+
+On revocation the batch loop forgets the progress of the events partitions it lost (a
+later owner folds from the group's committed offset) and the delivery watch stops
+watching them; on assignment the watch starts timing the new ones. The delivery watch
+itself (delivery.py) runs here too: it reads again events Faust fetched but lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..gateway.settings import Settings
+from .batches import BatchLoop
+from .delivery import DeliveryWatch
+from .metrics import Metrics
+
+
+def install(app: Any, settings: Settings, batches: BatchLoop, metrics: Metrics, inbox: list[Any]) -> DeliveryWatch:
+    """Connect the rebalance hooks and start the delivery watch; `inbox` holds the
+    agent's channel once its stream has started (an event in it is on its way)."""
+    topic = settings.events_topic
+
+    def idle() -> bool:
+        return (
+            batches.idle()
+            and not (app.rebalancing or app.should_stop)
+            and all(channel.queue.empty() for channel in inbox)
+        )
+
+    watch = DeliveryWatch(
+        app,
+        topic,
+        lambda: {p: (offset, batches.folded_at.get(p, 0.0)) for p, offset in batches.progress.items()},
+        idle,
+        on_reread=lambda p: metrics.rereads.labels(str(p)).inc(),
+    )
+
+    @app.on_partitions_revoked.connect
+    async def forget_positions(sender: Any, revoked: Any, **kwargs: Any) -> None:
+        gone = [tp.partition for tp in revoked if tp.topic == topic]
+        for p in gone:
+            batches.progress.pop(p, None)
+            batches.folded_at.pop(p, None)
+        watch.revoked(gone)
+
+    @app.on_partitions_assigned.connect
+    async def note_assignment(sender: Any, assigned: Any, **kwargs: Any) -> None:
+        watch.assigned([tp.partition for tp in assigned if tp.topic == topic])
+
+    @app.task
+    async def reread_lost_events() -> None:
+        await watch.run(1.0, lambda: app.should_stop)
+
+    return watch
