@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import json
@@ -11,61 +12,47 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from multiprocessing import connection as mp_connection
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
 from detectors import DetectionConfig
 from detectors.errors import LoopwardenError
 
-from ..gateway.errors import SettingsError
+from ..admin.config_topic import read_configs
 from ..gateway.partitioner import partition_for
 from ..gateway.settings import Settings, read_detection_config
 from ..progress import Progress
-from ..times import parse_duration, parse_from
 from .core import Audit, ConfigBook
+from .options import AuditOptions, iso
 from .read import TopicRange, partitions_of
+from .report import Totals, report, summary
+from .timelines import MAX_RUNS
+from .whatif import CHANGES
 
 GC_THRESHOLD = 70_000  # allocations between young collections (Python's default: 700)
 AUTO_JOBS_FROM = 200_000  # events in the range from which --jobs defaults to one process per core
+CHUNK = 2000  # events folded between two chances for the consumers to fetch
 
 
-def _iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+def _warn(path: str, warning: str) -> None:
+    print(f"warning: {path}: {warning}", file=sys.stderr)
 
 
-def _time_ms(text: str | None, option: str, now: float) -> int | None:
-    if text is None:
-        return None
-    t = parse_from(text, now, option)
-    if t == "beginning":
-        return None
-    if t == "now":
-        return int(now * 1000)
-    return int(float(t) * 1000)
-
-
-async def _configs(settings: Settings, args: Any) -> ConfigBook:
+async def _configs(settings: Settings, options: AuditOptions) -> ConfigBook:
     """The configs decisions may have been made under: those on the config topic (the
     current one is used for events whose decision names no known config), and those
     given with --worker-config (workers pinned with --config)."""
     current: DetectionConfig | None = None
     texts: list[tuple[DetectionConfig, str, str]] = []
-    try:
-        from ..admin.config_topic import read_configs
-    except ImportError:  # the config topic is not built in this version
-        read_configs = None
-    if read_configs is not None:
-        history = await read_configs(settings)
-        for cid, (text, cfg) in history.configs.items():
-            texts.append((cfg, f"{settings.config_topic}:{cid[:12]}", text.decode("utf-8", "replace")))
-            if cid == history.current:
-                current = cfg
-    for path in args.worker_config or []:
-        cfg = read_detection_config(path, warn=lambda p, w: print(f"warning: {p}: {w}", file=sys.stderr))
+    history = await read_configs(settings)
+    for cid, (raw, cfg) in history.configs.items():
+        texts.append((cfg, f"{settings.config_topic}:{cid[:12]}", raw.decode("utf-8", "replace")))
+        if cid == history.current:
+            current = cfg
+    for path in options.worker_configs:
+        cfg = read_detection_config(path, warn=_warn)
         texts.append((cfg, path, Path(path).read_text(errors="replace")))
         if current is None:
             current = cfg
@@ -76,53 +63,62 @@ async def _configs(settings: Settings, args: Any) -> ConfigBook:
 
 
 class Plan(NamedTuple):
-    """What every shard of one audit shares, fixed before any reads (relative times are
-    resolved once)."""
+    """What every shard of one audit shares, fixed before any reads."""
 
-    from_ms: int | None
-    to_ms: int | None
-    lookback_ms: int
-    grace_ms: int
+    options: AuditOptions
     what_if: DetectionConfig | None
     book: ConfigBook
     partitions: list[int]  # of the events topic: all, or those of --run
     partition_count: int  # of the events topic
     total: int  # events in the range, for the progress bar
 
-    @property
-    def scan_start(self) -> int | None:
-        return None if self.from_ms is None else self.from_ms - self.lookback_ms
 
-
-async def _plan(settings: Settings, args: Any) -> Plan:
-    now = time.time()
-    from_ms = _time_ms(args.start, "--from", now)
-    to_ms = _time_ms(args.end, "--to", now)
-    lookback_ms = int(parse_duration(args.lookback, "--lookback") * 1000)
-    grace_ms = int(parse_duration(args.grace, "--grace") * 1000)
-    if from_ms is not None and to_ms is not None and to_ms < from_ms:
-        raise SettingsError(f"--to ({_iso(to_ms)}) is before --from ({_iso(from_ms)})")
-    what_if = (
-        read_detection_config(args.config, warn=lambda p, w: print(f"warning: {p}: {w}", file=sys.stderr))
-        if args.config
-        else None
-    )
-    book = await _configs(settings, args)
-    scan_start = None if from_ms is None else from_ms - lookback_ms
+async def _plan(settings: Settings, options: AuditOptions) -> Plan:
+    what_if = read_detection_config(options.what_if, warn=_warn) if options.what_if else None
+    book = await _configs(settings, options)
     events = TopicRange(settings, settings.events_topic)
     try:
-        await events.open(scan_start, to_ms)
+        await events.open(options.scan_start_ms, options.to_ms)
         count = len(events.ends)
-        parts = partitions_of(args.run, count) if args.run else sorted(events.ends)
+        parts = partitions_of(list(options.runs), count) if options.runs else sorted(events.ends)
         total = sum(max(0, events.ends[p] - events.starts[p]) for p in parts)
     finally:
         await events.close()
-    return Plan(from_ms, to_ms, lookback_ms, grace_ms, what_if, book, parts, count, total)
+    return Plan(options, what_if, book, parts, count, total)
+
+
+async def _read(
+    a: Audit, events: TopicRange, decisions: TopicRange, grace_ms: int, progress: Callable[[int], None]
+) -> None:
+    """Feed the audit both topics: before each chunk of events, the decisions recorded
+    up to a grace period after them, so each event is replayed under its recorded
+    decision's config."""
+    while not events.finished:
+        chunk = await events.chunk()
+        if not chunk:
+            continue
+        need = max(m.timestamp for m in chunk) + grace_ms
+        while not decisions.finished:
+            h = decisions.horizon()
+            if h is not None and h >= need:
+                break
+            for m in await decisions.chunk():
+                a.recorded(m)
+        for i in range(0, len(chunk), CHUNK):
+            a.events(chunk[i : i + CHUNK])
+            await asyncio.sleep(0)  # the consumer fetches the next records meanwhile
+        h = events.horizon()
+        if h is not None:
+            a.expire(h)
+        progress(events.read)
+    while not decisions.finished:
+        for m in await decisions.chunk():
+            a.recorded(m)
+    a.finish()
 
 
 async def audit_partitions(
     settings: Settings,
-    args: Any,
     plan: Plan,
     partitions: list[int],
     *,
@@ -130,64 +126,41 @@ async def audit_partitions(
     progress: Callable[[int], None],
     owns: Callable[[str], bool] | None = None,
     first: bool = True,
-) -> Audit:
+) -> Totals:
     """Audit these partitions of the events topic against every partition of the
     decisions topic (or those of --gateway); write the diff lines to the file `diff`."""
-    grace_ms = plan.grace_ms
+    options = plan.options
+    window = options.window
     events = TopicRange(settings, settings.events_topic)
     decisions = TopicRange(settings, settings.decisions_topic)
     diff_file = open(diff, "w") if diff else None  # noqa: SIM115 (closed below)
+
+    def write(line: dict[str, Any]) -> None:
+        assert diff_file is not None
+        diff_file.write(json.dumps(line, ensure_ascii=False) + "\n")
+
     try:
-        gw_parts = partitions_of(args.gateway, settings.partitions) if args.gateway else None
-        await events.open(plan.scan_start, plan.to_ms, partitions)
-        to = plan.to_ms
-        await decisions.open(plan.scan_start, None if to is None else to + grace_ms, gw_parts)
+        gw_parts = partitions_of(list(options.gateways), settings.partitions) if options.gateways else None
+        await events.open(window.scan_start_ms, window.to_ms, partitions)
+        to = window.to_ms
+        await decisions.open(window.scan_start_ms, None if to is None else to + window.grace_ms, gw_parts)
         a = Audit(
             plan.book,
-            from_ms=plan.from_ms,
-            to_ms=to,
-            scan_start_ms=plan.scan_start,
-            grace_ms=grace_ms,
+            window,
+            scope=options.scope(owns, first),
             complete=events.complete,
             what_if=plan.what_if,
-            runs=args.run or (),
-            gateways=args.gateway or (),
             max_event_bytes=settings.max_event_bytes,
-            diff=(lambda line: diff_file.write(json.dumps(line, ensure_ascii=False) + "\n")) if diff_file else None,
-            timelines=bool(args.html),
-            owns=owns,
-            count_unreadable=first,
+            diff=write if diff_file is not None else None,
+            timelines=options.html is not None,
         )
-        while not events.finished:
-            chunk = await events.chunk()
-            if not chunk:
-                continue
-            # The decisions recorded up to a grace period after these events are read
-            # first, so each event is replayed under its recorded decision's config.
-            need = max(m.timestamp for m in chunk) + grace_ms
-            while not decisions.finished:
-                h = decisions.horizon()
-                if h is not None and h >= need:
-                    break
-                for m in await decisions.chunk():
-                    a.recorded(m)
-            for i in range(0, len(chunk), 2000):
-                a.events(chunk[i : i + 2000])
-                await asyncio.sleep(0)  # the consumer fetches the next records meanwhile
-            h = events.horizon()
-            if h is not None:
-                a.expire(h)
-            progress(events.read)
-        while not decisions.finished:
-            for m in await decisions.chunk():
-                a.recorded(m)
-        a.finish()
+        await _read(a, events, decisions, window.grace_ms, progress)
     finally:
         await events.close()
         await decisions.close()
         if diff_file is not None:
             diff_file.close()
-    return a
+    return a.totals()
 
 
 class _Owner:
@@ -208,25 +181,23 @@ class _Owner:
         return got
 
 
-def _jobs(args: Any, plan: Plan) -> int:
-    if args.jobs is not None:
-        return max(1, min(args.jobs, len(plan.partitions)))
+def _jobs(plan: Plan) -> int:
+    jobs = plan.options.jobs
+    if jobs is not None:
+        return max(1, min(jobs, len(plan.partitions)))
     if plan.total < AUTO_JOBS_FROM:
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(cores, len(plan.partitions)))
 
 
-def _shard(
-    conn: Any, settings: Settings, args: Any, plan: Plan, k: int, jobs: int, read: Any, diff: str | None
-) -> None:
-    """A child process: audit every `jobs`-th partition from the `k`-th, send the tally."""
+def _shard(conn: Any, settings: Settings, plan: Plan, k: int, jobs: int, read: Any, diff: str | None) -> None:
+    """A child process: audit every `jobs`-th partition from the `k`-th, send the totals."""
     try:
         parts = plan.partitions[k::jobs]
-        a = asyncio.run(
+        totals = asyncio.run(
             audit_partitions(
                 settings,
-                args,
                 plan,
                 parts,
                 diff=diff,
@@ -235,7 +206,7 @@ def _shard(
                 first=k == 0,
             )
         )
-        conn.send(("ok", a.tally()))
+        conn.send(("ok", totals))
     except BaseException as exc:  # sent to the parent, which raises it
         try:
             conn.send(("error", exc))
@@ -245,46 +216,56 @@ def _shard(
         conn.close()
 
 
-def _sharded(settings: Settings, args: Any, plan: Plan, jobs: int, a: Audit) -> None:
+def _gather(children: list[tuple[Any, Connection]], read: Any, total: int) -> dict[int, tuple[str, Any]]:
+    """Each child's answer, by its number, with the progress of all of them shown."""
+    progress = Progress("auditing", total)
+    try:
+        results: dict[int, tuple[str, Any]] = {}
+        waiting = {recv: k for k, (_, recv) in enumerate(children)}
+        while waiting:
+            for ready in mp_connection.wait(list(waiting), timeout=0.2):
+                assert isinstance(ready, Connection)
+                k = waiting.pop(ready)
+                try:
+                    results[k] = ready.recv()
+                except EOFError:
+                    child = children[k][0]
+                    child.join()
+                    results[k] = ("error", LoopwardenError(f"audit shard {k} died (exit code {child.exitcode})"))
+            progress.update(sum(read))
+    finally:
+        progress.close()
+    return results
+
+
+def _sharded(settings: Settings, plan: Plan, jobs: int) -> Totals:
     """Audit in `jobs` child processes, each some of the events topic's partitions
-    (and the recorded decisions of their runs), and add up their tallies in `a`."""
+    (and the recorded decisions of their runs), and add up their totals."""
     ctx = multiprocessing.get_context("fork")  # the children share the parsed configs
     read = ctx.Array("q", jobs, lock=False)
-    diffs = [f"{args.diff}.{k}.part" for k in range(jobs)] if args.diff else [None] * jobs
+    diff = plan.options.diff
+    diffs = [f"{diff}.{k}.part" for k in range(jobs)] if diff else [None] * jobs
     children = []
     try:
         for k in range(jobs):
             recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_shard, args=(send, settings, args, plan, k, jobs, read, diffs[k]), daemon=True)
+            p = ctx.Process(target=_shard, args=(send, settings, plan, k, jobs, read, diffs[k]), daemon=True)
             p.start()
             send.close()
             children.append((p, recv))
-        progress = Progress("auditing", plan.total)
-        try:
-            results: dict[int, tuple[str, Any]] = {}
-            waiting = {recv: k for k, (_, recv) in enumerate(children)}
-            while waiting:
-                for ready in mp_connection.wait(list(waiting), timeout=0.2):
-                    k = waiting.pop(ready)  # type: ignore[call-overload]
-                    try:
-                        results[k] = ready.recv()  # type: ignore[union-attr]
-                    except EOFError:
-                        child = children[k][0]
-                        child.join()
-                        results[k] = ("error", LoopwardenError(f"audit shard {k} died (exit code {child.exitcode})"))
-                progress.update(sum(read))
-        finally:
-            progress.close()
+        results = _gather(children, read, plan.total)
+        totals = Totals.empty()
         for k in range(jobs):
             kind, got = results[k]
             if kind == "error":
                 raise got
-            a.absorb(got)
-        if args.diff:
-            with open(args.diff, "wb") as out:
+            totals.merge(got, MAX_RUNS)
+        if diff:
+            with open(diff, "wb") as out:
                 for part in diffs:
                     with open(part, "rb") as f:  # type: ignore[arg-type]
                         shutil.copyfileobj(f, out)
+        return totals
     finally:
         for p, recv in children:
             if p.is_alive():
@@ -296,57 +277,52 @@ def _sharded(settings: Settings, args: Any, plan: Plan, jobs: int, a: Audit) -> 
                 Path(part).unlink(missing_ok=True)
 
 
-def audit(settings: Settings, args: Any, out: TextIO) -> int:
-    plan = asyncio.run(_plan(settings, args))
-    jobs = _jobs(args, plan)
-    started = time.perf_counter()
+def _audit_all(settings: Settings, plan: Plan) -> Totals:
+    """The audit's totals: in shards when there are several jobs, else (or when runs are
+    found off their partition) in this process."""
+    jobs = _jobs(plan)
     if jobs > 1:
-        a = Audit(  # the shards' counts, added up
-            plan.book,
-            from_ms=plan.from_ms,
-            to_ms=plan.to_ms,
-            scan_start_ms=plan.scan_start,
-            grace_ms=plan.grace_ms,
-            what_if=plan.what_if,
+        totals = _sharded(settings, plan, jobs)
+        if not totals.tally.misrouted:
+            return totals
+        print(
+            f"note: {totals.tally.misrouted} runs' events are not on the partition Kafka's default partitioner "
+            "gives their run_id, so the shards could not pair them with their decisions; auditing again "
+            "in one process",
+            file=sys.stderr,
         )
-        _sharded(settings, args, plan, jobs, a)
-        if a.misrouted:
-            print(
-                f"note: {a.misrouted} runs' events are not on the partition Kafka's default partitioner "
-                "gives their run_id, so the shards could not pair them with their decisions; auditing again "
-                "in one process",
-                file=sys.stderr,
-            )
-            jobs = 1
-    if jobs == 1:
-        progress = Progress("auditing", plan.total)
-        try:
-            a = asyncio.run(
-                audit_partitions(settings, args, plan, plan.partitions, diff=args.diff, progress=progress.update)
-            )
-        finally:
-            progress.close()
+    progress = Progress("auditing", plan.total)
+    try:
+        return asyncio.run(
+            audit_partitions(settings, plan, plan.partitions, diff=plan.options.diff, progress=progress.update)
+        )
+    finally:
+        progress.close()
+
+
+def audit(settings: Settings, options: AuditOptions, out: TextIO) -> int:
+    plan = asyncio.run(_plan(settings, options))
+    started = time.perf_counter()
+    totals = _audit_all(settings, plan)
     seconds = time.perf_counter() - started
-    summary = a.summary(seconds)
-    if args.html:
+    if options.html:
         from .html import render
 
-        report = a.report(
-            seconds,
-            {
-                "from": _iso(plan.from_ms),
-                "to": _iso(plan.to_ms),
-                "lookback_s": plan.lookback_ms / 1000,
-                "topics": {"events": settings.events_topic, "decisions": settings.decisions_topic},
-                "generated_at": _iso(int(time.time() * 1000)),
-            },
-        )
-        Path(args.html).write_text(render(report), encoding="utf-8")
-    if args.json:
-        print(json.dumps(summary), file=out)
+        range_ = {
+            "from": iso(options.from_ms),
+            "to": iso(options.to_ms),
+            "lookback_s": options.lookback_ms / 1000,
+            "topics": {"events": settings.events_topic, "decisions": settings.decisions_topic},
+            "generated_at": iso(int(time.time() * 1000)),
+        }
+        page = render(report(totals, plan.what_if, plan.book.listed, seconds, range_))
+        Path(options.html).write_text(page, encoding="utf-8")
+    s = summary(totals, plan.what_if, seconds)
+    if options.json:
+        print(json.dumps(s), file=out)
     else:
-        _print_summary(summary, out)
-    return 0 if a.clean() else 2
+        _print_summary(s, out)
+    return 0 if totals.clean() else 2
 
 
 def _print_summary(s: dict[str, Any], out: TextIO) -> None:
@@ -365,22 +341,7 @@ def _print_summary(s: dict[str, Any], out: TextIO) -> None:
     if s["by_detector"]:
         print("by detector: " + ", ".join(f"{k} {v}" for k, v in s["by_detector"].items()), file=out)
     if s["what_if"]:
-        w = s["what_if"]
-        print(
-            "what if: "
-            + ", ".join(
-                f"{k} {w[k]}"
-                for k in (
-                    "newly_warned",
-                    "newly_blocked",
-                    "no_longer_warned",
-                    "no_longer_blocked",
-                    "aborts_gained",
-                    "aborts_lost",
-                )
-            ),
-            file=out,
-        )
+        print("what if: " + ", ".join(f"{k} {s['what_if'][k]}" for k in CHANGES), file=out)
     if s["unknown_configs"]:
         print(
             f"decisions under configs not known here (replayed under the current one): {s['unknown_configs']}; "
@@ -389,17 +350,18 @@ def _print_summary(s: dict[str, Any], out: TextIO) -> None:
         )
 
 
-def run_audit(settings: Settings, args: Any) -> int:
+def run_audit(settings: Settings, args: argparse.Namespace) -> int:
     # An audit holds what it read for a grace period: many container objects alive for
     # seconds, which the cycle collector would walk again at every collection (about a
     # quarter of a 1M-event audit's time). Nothing it builds needs prompt collection:
     # what was imported is frozen, and collections come 100x less often.
+    options = AuditOptions.from_args(args, time.time())
     gc.collect()
     gc.freeze()
     thresholds = gc.get_threshold()
     gc.set_threshold(GC_THRESHOLD, *thresholds[1:])
     try:
-        return audit(settings, args, sys.stdout)
+        return audit(settings, options, sys.stdout)
     except OSError as exc:
         raise LoopwardenError(f"cannot write {exc.filename}: {exc.strerror}") from None
     finally:

@@ -6,6 +6,9 @@ import json
 
 from detectors import DetectionConfig, decode_event, encode, replay
 from streams.audit.core import Audit, ConfigBook, Msg
+from streams.audit.options import Scope, Window
+from streams.audit.report import Totals, report, summary
+from streams.audit.timelines import MAX_RUNS
 
 ON = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}}
 
@@ -52,15 +55,7 @@ def msgs(items, key):
 
 
 def audit(**kw):
-    return Audit(
-        ConfigBook(DetectionConfig(ON)),
-        from_ms=None,
-        to_ms=None,
-        scan_start_ms=None,
-        grace_ms=10_000,
-        complete=lambda p: True,
-        **kw,
-    )
+    return Audit(ConfigBook(DetectionConfig(ON)), Window(grace_ms=10_000), complete=lambda p: True, **kw)
 
 
 def test_recorded_before_their_events_match_and_count_by_action():
@@ -101,7 +96,7 @@ def test_a_decision_whose_event_never_comes_is_unexpected_once_the_grace_has_pas
     a.expire(ghost["ts"] + 5_000)
     assert a.summary(1.0)["unexpected"] == 0  # still within the grace period
     a.expire(ghost["ts"] + 10_001)
-    assert a.summary(1.0)["unexpected"] == 1 and not a.pending
+    assert a.summary(1.0)["unexpected"] == 1 and not a.join.pending
 
 
 def test_events_without_recorded_decisions_are_missing():
@@ -116,14 +111,7 @@ def test_events_without_recorded_decisions_are_missing():
 def test_a_run_first_seen_less_than_an_idle_timeout_after_the_scan_start_is_partial():
     evs = run_events(t0=50_000)
     ds = decided(evs)
-    a = Audit(
-        ConfigBook(DetectionConfig(ON)),
-        from_ms=0,
-        to_ms=None,
-        scan_start_ms=0,
-        grace_ms=10_000,
-        complete=lambda p: False,
-    )
+    a = Audit(ConfigBook(DetectionConfig(ON)), Window(from_ms=0, scan_start_ms=0, grace_ms=10_000))
     for m in msgs(ds, "gateway_id"):
         a.recorded(m)
     a.events(msgs(evs, "run_id"))
@@ -149,7 +137,7 @@ def _fleet():
 def _sharded(evs, ds, owned):
     """One shard: every decision offered, only the owned runs' events folded (as a
     shard reads only its partitions)."""
-    a = audit(owns=lambda run_id: run_id in owned, timelines=True)
+    a = audit(scope=Scope(owns=lambda run_id: run_id in owned), timelines=True)
     for m in msgs(ds, "gateway_id"):
         a.recorded(m)
     a.events(msgs([e for e in evs if e["run_id"] in owned], "run_id"))
@@ -164,16 +152,16 @@ def test_shards_that_own_disjoint_runs_add_up_to_the_whole_audit():
         whole.recorded(m)
     whole.events(msgs(evs, "run_id"))
     whole.finish()
-    merged = audit(timelines=True)
+    merged = Totals.empty()
     for owned in ({"ra", "rc"}, {"rb"}, {"rd"}):
         shard = _sharded(evs, ds, owned)
-        assert shard.misrouted == 0
-        merged.absorb(shard.tally())
-    want, got = whole.summary(1.0), merged.summary(1.0)
+        assert shard.tally.misrouted == 0
+        merged.merge(shard.totals(), MAX_RUNS)
+    want, got = whole.summary(1.0), summary(merged, None, 1.0)
     assert want == got
     assert want["mismatched"] == want["missing"] == want["unexpected"] == want["conflicting"] == 1
     assert want["runs"] == 4 and want["matched"] > 0
-    report_want, report_got = whole.report(1.0, {}), merged.report(1.0, {})
+    report_want, report_got = whole.report(1.0, {}), report(merged, None, whole.configs.listed, 1.0, {})
     assert sorted(r["run_id"] for r in report_got["runs"]) == sorted(r["run_id"] for r in report_want["runs"])
     assert report_got["per_minute"] == report_want["per_minute"]
     assert report_got["by_agent"] == report_want["by_agent"] and report_got["by_tool"] == report_want["by_tool"]
@@ -182,10 +170,42 @@ def test_shards_that_own_disjoint_runs_add_up_to_the_whole_audit():
 
 def test_a_shard_counts_runs_whose_events_are_on_its_partitions_but_not_its_own():
     evs, ds = _fleet()
-    a = audit(owns=lambda run_id: run_id != "rb")
+    a = audit(scope=Scope(owns=lambda run_id: run_id != "rb"))
     for m in msgs(ds, "gateway_id"):
         a.recorded(m)
     a.events(msgs(evs, "run_id"))  # rb's events too: they were not where its run_id hashes to
     a.finish()
-    assert a.misrouted == 1
+    assert a.tally.misrouted == 1
     assert a.summary(1.0)["missing"] > 1  # rb's decisions were left to another shard
+
+
+def test_events_without_a_decision_are_replayed_under_the_config_their_run_was_last_decided_under():
+    """A compaction_retry right after a run's first call has no decision of its own: it
+    is replayed under the config the call's recorded decision names (which arms the
+    post-compaction guard), not under the current config (which does not)."""
+    guarded = {"tools": {"loopDetection": {"enabled": True}}}
+    evs = run_events(n=2)
+    retry = {"type": "compaction_retry", "run_id": "r", "seq": 2, "gateway_id": "gw", "ts": evs[1]["ts"] + 10}
+    evs = evs[:2] + [retry] + [dict(e, seq=e["seq"] + 1) for e in run_events(n=5)[2:]]
+    ds = decided(evs, guarded)
+    assert any(d["detector"] == "compaction_loop_persisted" for d in ds)
+    book = ConfigBook(DetectionConfig({"tools": {"loopDetection": {"enabled": False}}}))
+    book.add(DetectionConfig(guarded), "pinned", None)
+    a = Audit(book, Window(grace_ms=10_000), complete=lambda p: True)
+    for m in msgs(ds, "gateway_id"):
+        a.recorded(m)
+    a.events(msgs(evs, "run_id"))
+    a.finish()
+    s = a.summary(1.0)
+    assert s["matched"] == len(ds) and a.clean()
+
+
+def test_decisions_under_an_unknown_config_are_counted_once_each():
+    evs = run_events(n=4)
+    ds = [dict(d, config_hash="f" * 64) for d in decided(evs)]
+    a = audit()
+    for m in msgs(ds, "gateway_id"):
+        a.recorded(m)
+    a.events(msgs(evs, "run_id"))
+    a.finish()
+    assert a.summary(1.0)["unknown_configs"] == {"f" * 64: len(ds)}

@@ -1,0 +1,151 @@
+"""The join: decisions read from the decisions topic, waiting by `event_id` for the
+event they answer.
+
+The reader keeps the decisions a grace period ahead of the events in message time, so
+that when an event is folded, the decision recorded for it is already here: it names
+the config the event is replayed under, and is compared with the replayed one. A
+decision whose event has not come within the grace period after it never will
+(`expire`): it is unexpected. The ids of events already folded are kept for one more
+grace period, so that a second record of the same event is told apart: the same
+verdict again (a duplicate), another one (a conflict), or one recorded only after its
+event was folded (late).
+
+Every recorded decision the audit holds is here (`pending`), and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from typing import NamedTuple
+
+import msgspec
+
+from detectors.wire import Decision, decode_decision
+
+from .options import ALL_RUNS, Scope
+
+
+class Msg(NamedTuple):
+    """A consumed record, as the audit reads it."""
+
+    partition: int
+    offset: int
+    timestamp: int  # ms since the epoch (the record's timestamp)
+    key: bytes | None
+    value: bytes | None
+
+
+class Recorded(msgspec.Struct, gc=False):
+    """A decision read from the decisions topic, waiting for its event (not tracked by
+    the cycle collector: an audit holds a grace period's worth of them)."""
+
+    decision: Decision
+    time: int
+    conflict: bool = False
+    status: str | None = None  # what it was counted as, once its event was folded
+
+
+def same_verdict(a: Decision, b: Decision) -> bool:
+    return (a.action, a.level, a.detector, a.count, a.warning_key) == (
+        b.action,
+        b.level,
+        b.detector,
+        b.count,
+        b.warning_key,
+    )
+
+
+class Join:
+    """Recorded decisions by event_id, until their event is folded or they expire."""
+
+    def __init__(self, grace_ms: int, scope: Scope = ALL_RUNS) -> None:
+        self.grace_ms = grace_ms
+        self.scope = scope
+        self.pending: dict[str, Recorded] = {}
+        self.done: dict[str, tuple[Recorded | None, int]] = {}  # folded event ids, for a late second record
+        # Both in the order they came, for expiry (a dict's oldest entry is slow to find
+        # once many before it were deleted).
+        self.pending_order: deque[tuple[int, str]] = deque()
+        self.done_order: deque[tuple[int, str]] = deque()
+        self.counts: Counter[str] = Counter()  # duplicates, late, unreadable_decisions
+        # The decision recorded for an event id, if it is here (it stays here): the
+        # dict's own lookup, asked once per event read.
+        self.lookup = self.pending.get
+
+    def offer(self, m: Msg) -> Recorded | None:
+        """A record of the decisions topic. Returns the recorded decision it turns into
+        a conflict after it was counted as matched or mismatched (to be counted again),
+        else None."""
+        if m.value is None:
+            return None
+        scope = self.scope
+        if scope.gateways and (m.key or b"").decode("utf-8", "replace") not in scope.gateways:
+            return None
+        try:
+            d = decode_decision(m.value)
+        except Exception:
+            if scope.first:
+                self.counts["unreadable_decisions"] += 1
+            return None
+        if scope.runs and d.run_id not in scope.runs:
+            return None
+        if scope.owns is not None and not scope.owns(d.run_id):
+            return None  # another shard's run
+        eid = d.event_id
+        first = self.pending.get(eid)
+        if first is None:
+            seen = self.done.get(eid)
+            if seen is None:
+                self.pending[eid] = Recorded(d, m.timestamp)
+                self.pending_order.append((m.timestamp, eid))
+                return None
+            rec = seen[0]
+            if rec is None:  # its event was folded, and nothing was recorded then: recorded late
+                self.counts["late"] += 1
+                return None
+            first = rec
+        if same_verdict(first.decision, d):
+            self.counts["duplicates"] += 1  # the same decision again (a worker replayed its input)
+            return None
+        if first.conflict:
+            return None
+        first.conflict = True
+        return first if eid in self.done else None  # already counted: a conflict instead
+
+    def settle(self, eid: str, ms: int, decided: bool) -> Recorded | None:
+        """The event `eid` was folded at message time `ms` (`decided`: it yielded a
+        decision): its recorded decision leaves the join, and the id is remembered."""
+        rec = self.pending.pop(eid, None)
+        if decided or rec is not None:
+            self.done[eid] = (rec, ms)
+            self.done_order.append((ms, eid))
+        return rec
+
+    def expire(self, horizon_ms: int) -> list[Recorded]:
+        """Events are folded up to `horizon_ms` of message time in every partition: the
+        decisions recorded more than the grace period before that have no event coming
+        (returned, unexpected)."""
+        cutoff = horizon_ms - self.grace_ms
+        gone: list[Recorded] = []
+        order, pending = self.pending_order, self.pending
+        while order and order[0][0] < cutoff:
+            t, eid = order.popleft()
+            rec = pending.get(eid)
+            if rec is not None and rec.time == t:  # still waiting (not matched since)
+                del pending[eid]
+                gone.append(rec)
+        order2, done = self.done_order, self.done
+        cutoff -= self.grace_ms
+        while order2 and order2[0][0] < cutoff:
+            t, eid = order2.popleft()
+            seen = done.get(eid)
+            if seen is not None and seen[1] == t:
+                del done[eid]
+        return gone
+
+    def finish(self) -> list[Recorded]:
+        """Every stream read: what still waits is unexpected (returned)."""
+        left = list(self.pending.values())
+        self.pending.clear()
+        self.pending_order.clear()
+        return left

@@ -1,0 +1,257 @@
+"""The audit's parts, each alone and without a broker: the options, the join, the tally,
+what-if and the timelines (streams/audit/). tests/unit/test_audit_core.py tests them
+wired together."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+
+import pytest
+
+from detectors import DetectionConfig, Folded, SetAside, decode_event, fold, replay
+from detectors.wire import Decision, decode_decision
+from streams.audit.join import Join, Msg
+from streams.audit.options import AuditOptions, Scope, Window
+from streams.audit.tally import Tally
+from streams.audit.timelines import Timelines
+from streams.audit.whatif import WhatIf, WhatIfCounts, changes
+from streams.gateway.errors import SettingsError
+from tests.unit.test_audit_core import ON, decided, run_events
+
+
+def decision(**kw) -> Decision:
+    d = decided(run_events(n=1))[0]
+    return decode_decision(json.dumps({**d, **kw}))
+
+
+def rec_msg(d: Decision, t: int, offset: int = 0) -> Msg:
+    from detectors import encode
+
+    return Msg(0, offset, t, d.gateway_id.encode(), encode(d))
+
+
+# -- options ---------------------------------------------------------------------------
+
+
+def args(**kw) -> argparse.Namespace:
+    base = dict(
+        start=None,
+        end=None,
+        lookback="24h",
+        grace="5m",
+        run=None,
+        gateway=None,
+        config=None,
+        worker_config=None,
+        jobs=None,
+        json=False,
+        diff=None,
+        html=None,
+    )
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_options_are_parsed_once_into_milliseconds_and_tuples():
+    now = 1_800_000_000.0
+    o = AuditOptions.from_args(
+        args(start="-2h", end="now", lookback="30m", grace="90s", run=["r1"], gateway=["g"], worker_config=["w.json"]),
+        now,
+    )
+    assert (o.from_ms, o.to_ms) == (int((now - 7200) * 1000), int(now * 1000))
+    assert (o.lookback_ms, o.grace_ms, o.scan_start_ms) == (1_800_000, 90_000, o.from_ms - 1_800_000)
+    assert (o.runs, o.gateways, o.worker_configs) == (("r1",), ("g",), ("w.json",))
+    assert o.window == Window(o.from_ms, o.to_ms, o.scan_start_ms, 90_000)
+    assert o.scope() == Scope(frozenset({"r1"}), frozenset({"g"}), None, True)
+    with pytest.raises(AttributeError):
+        o.grace_ms = 1  # type: ignore[misc]  # frozen
+
+
+def test_options_without_a_range_read_everything():
+    o = AuditOptions.from_args(args(start="beginning"), 0.0)
+    assert o.from_ms is o.to_ms is o.scan_start_ms is None
+    assert o.window.low < -(10**15) and o.window.high > 10**15
+
+
+@pytest.mark.parametrize(
+    "kw, says",
+    [
+        (dict(start="-1h", end="-2h"), "is before --from"),
+        (dict(start="yesterday"), "--from 'yesterday'"),
+        (dict(grace="soon"), "--grace 'soon'"),
+    ],
+)
+def test_bad_options_are_named(kw, says):
+    with pytest.raises(SettingsError, match=says):
+        AuditOptions.from_args(args(**kw), 1_800_000_000.0)
+
+
+# -- the join ----------------------------------------------------------------------------
+
+
+def test_a_recorded_decision_waits_by_event_id_until_its_event_is_settled():
+    d = decision()
+    j = Join(grace_ms=1000)
+    assert j.offer(rec_msg(d, 5000)) is None
+    assert j.lookup(d.event_id).decision == d  # looked up, it stays
+    rec = j.settle(d.event_id, 5001, decided=True)
+    assert rec is not None and rec.decision == d and not j.pending
+    assert j.settle(d.event_id, 5001, decided=True) is None  # taken once
+
+
+def test_a_second_record_is_a_duplicate_a_conflict_or_late():
+    d = decision()
+    j = Join(grace_ms=1000)
+    j.offer(rec_msg(d, 5000))
+    j.offer(rec_msg(d, 5001, 1))
+    assert j.counts["duplicates"] == 1
+    other = decision(action="block", level="critical", detector="generic_repeat", count=9)
+    assert j.offer(rec_msg(other, 5002, 2)) is None  # not counted yet: a conflict, found when settled
+    rec = j.settle(d.event_id, 5003, decided=True)
+    assert rec.conflict
+    # Settled and counted, then recorded with another verdict: handed back to be counted again.
+    d2 = decision(seq=2, event_id="r:2")
+    j.offer(rec_msg(d2, 6000))
+    counted = j.settle("r:2", 6001, decided=True)
+    again = j.offer(rec_msg(decision(seq=2, event_id="r:2", action="warn"), 6002))
+    assert again is counted and again.conflict
+    # An event folded with nothing recorded, its decision recorded after: late.
+    j.settle("r:4", 6003, decided=True)
+    assert j.offer(rec_msg(decision(seq=4, event_id="r:4"), 6004)) is None
+    assert j.counts["late"] == 1 and "r:4" not in j.pending
+
+
+def test_decisions_expire_a_grace_period_after_the_horizon_and_the_rest_at_the_end():
+    j = Join(grace_ms=1000)
+    a, b = decision(seq=0, event_id="r:0"), decision(seq=2, event_id="r:2")
+    j.offer(rec_msg(a, 1000))
+    j.offer(rec_msg(b, 3000))
+    assert j.expire(1900) == []
+    assert [r.decision for r in j.expire(2001)] == [a]
+    assert [r.decision for r in j.finish()] == [b] and not j.pending
+    # Folded ids are forgotten a second grace period later: a record then is new again.
+    j.settle("r:6", 10_000, decided=True)
+    j.expire(11_500)
+    assert "r:6" in j.done
+    j.expire(12_001)
+    assert "r:6" not in j.done
+
+
+def test_the_join_keeps_only_its_scope_and_the_first_shard_counts_unreadable_records():
+    d = decision()
+    for scope, kept in (
+        (Scope(gateways=frozenset({"other"})), False),
+        (Scope(runs=frozenset({"other"})), False),
+        (Scope(owns=lambda run_id: run_id != d.run_id), False),
+        (Scope(gateways=frozenset({d.gateway_id}), runs=frozenset({d.run_id})), True),
+    ):
+        j = Join(1000, scope)
+        j.offer(rec_msg(d, 0))
+        assert bool(j.pending) is kept, scope
+    bad = Msg(0, 0, 0, b"gw", b"{not json")
+    first, second = Join(1000), Join(1000, Scope(first=False))
+    first.offer(bad)
+    second.offer(bad)
+    assert (first.counts["unreadable_decisions"], second.counts["unreadable_decisions"]) == (1, 0)
+
+
+# -- the tally ---------------------------------------------------------------------------
+
+
+def test_the_tally_counts_each_pair_by_what_it_came_to():
+    t = Tally()
+    d = decision()
+    block = decision(action="block", level="critical", detector="generic_repeat", count=5)
+    assert t.count(d, d, False, 60_000) == "matched"
+    assert t.count(d, block, False, 61_000) == "mismatched"
+    assert t.count(None, block, False, 120_000) == "missing"
+    assert t.count(d, None, False, 0) == "unexpected"
+    assert t.count(d, d, True, 0) == "conflicting"
+    t.recount_as_conflict("matched")
+    assert (t.c["matched"], t.c["conflicting"], t.c["decisions_recorded"]) == (0, 2, 4)
+    assert t.by(2) == {"allow": 2, "warn": 0, "block": 2, "abort": 0}
+    assert t.by(1) == {"read": {"allow": 2, "warn": 0, "block": 2, "abort": 0}}
+    assert dict(t.by_detector) == {"generic_repeat": 2}
+    assert {k: dict(v) for k, v in t.per_minute.items()} == {1: {"block": 1}, 2: {"block": 1}}
+    assert not t.clean()
+
+
+def test_tallies_add_up_and_travel_between_processes():
+    a, b = Tally(), Tally()
+    d = decision()
+    a.count(d, d, False, 0)
+    a.run_ids.add("r1")
+    b.count(None, d, False, 0)
+    b.run_ids.add("r2")
+    b.misrouted = 1
+    b = pickle.loads(pickle.dumps(b))
+    a.merge(b)
+    assert (a.c["matched"], a.c["missing"], a.misrouted, a.run_ids) == (1, 1, 1, {"r1", "r2"})
+    assert a.by(2)["allow"] == 2
+
+
+# -- what-if -------------------------------------------------------------------------------
+
+
+def test_changes_name_every_way_a_verdict_moves():
+    assert changes("allow", "allow") == []
+    assert changes("allow", "warn") == ["newly_warned"]
+    assert changes("warn", "block") == ["newly_blocked", "no_longer_warned"]
+    assert changes("block", "abort") == ["no_longer_blocked", "aborts_gained"]
+    assert changes("abort", None) == ["aborts_lost"]
+
+
+def test_the_what_if_fold_pairs_each_result_with_the_first_folds_and_keeps_its_own_states():
+    evs = run_events(n=8)
+    lower = DetectionConfig({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2}}})
+    w = WhatIf(lower)
+    msgs = [(i, e["run_id"].encode(), json.dumps(e).encode()) for i, e in enumerate(evs)]
+    msgs.insert(3, (99, b"r", b"not json"))  # set aside by both folds
+    first = list(fold(iter(msgs), DetectionConfig(ON)))
+    seen, got = [], []
+    for g in w.fold(iter(first)):
+        f = g.position
+        seen.append(f)
+        assert type(g) is type(f) and (type(f) is SetAside or g.event == f.event)
+        d = w.keep("r", g)
+        if type(f) is Folded and d is not None:
+            got.append(d)
+            w.compare(f.decisions[0] if f.decisions else None, d)
+    assert seen == first
+    want = replay([decode_event(json.dumps(e)) for e in evs], lower)
+    assert got == want and "r" in w.states
+    expect = sum(
+        len(changes(a.action, b.action))
+        for a, b in zip(replay([decode_event(json.dumps(e)) for e in evs], DetectionConfig(ON)), want, strict=True)
+    )
+    assert sum(w.counts.changes.values()) == expect > 0
+    c = WhatIfCounts()
+    c.merge(pickle.loads(pickle.dumps(w.counts)))
+    assert c.summary(lower)["config_hash"] == lower.for_agent(None).config_hash
+    assert sum(c.summary(lower)[k] for k in c.changes) == expect
+
+
+# -- the timelines -----------------------------------------------------------------------------
+
+
+def test_timelines_keep_the_last_entries_and_report_only_flagged_runs():
+    evs = [decode_event(json.dumps(e)) for e in run_events(n=3)]
+    ok, block = decision(), decision(action="block", level="critical", detector="generic_repeat", count=5)
+    t = Timelines(what_if=False, max_runs=1, length=4)
+    t.start("r", "gw", None, False)
+    for ev in evs:
+        t.add(ev, "matched" if ev.seq % 2 == 0 else None, ok, ok, None, False)
+    t.close("r")
+    assert t.flagged == []  # nothing to show: all matched and allowed
+    t.start("r", "gw", None, False)
+    for ev in evs:
+        t.add(ev, "matched" if ev.seq % 2 == 0 else None, ok, block if ev.seq == 4 else ok, None, ev.seq == 2)
+    t.start("r2", "gw", "agent", True)
+    t.add(decode_event(json.dumps(run_events("r2", n=1)[0])), "missing", None, ok, None, False)
+    t.finish()
+    (run,) = t.flagged  # max_runs: the second flagged run is left out
+    assert run["flags"] == ["block", "what_if"] and run["truncated"] == 2
+    assert [e["seq"] for e in run["timeline"]] == [2, 3, 4, 5]
+    assert run["timeline"][2]["replayed"]["action"] == "block" and run["timeline"][2]["what_if"] is None
+    assert not t.open
