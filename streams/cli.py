@@ -627,6 +627,14 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for a decision (default 5)")
     sm.add_argument("--seed", type=int, default=1)
     sm.add_argument("--quiet", action="store_true", help="no live progress line")
+    sm.add_argument(
+        "--holdout",
+        type=int,
+        metavar="PERCENT",
+        help="hold this share of runs out of enforcement: publish the current config with "
+        "loopwarden.holdoutPercent set to PERCENT on the config topic, and wait until every partition's "
+        "worker decides under it (workers pinned with --config do not follow: set it in their file)",
+    )
     sm.set_defaults(func=cmd_simulate)
 
     d = sub.add_parser(
