@@ -1,9 +1,13 @@
-"""The README's offline example runs as written, so the quickstart cannot rot."""
+"""The README's offline example runs as written, and its Python examples import what they
+name, so the quickstart cannot rot."""
 
+import importlib
 import re
 import shlex
 import subprocess
 import sys
+
+import pytest
 
 from tests.conftest import ROOT
 
@@ -53,3 +57,20 @@ def test_readme_gives_the_test_command_that_ci_runs():
     cmd = readme_test_command()
     assert cmd[:3] == [".venv/bin/python", "-m", "pytest"]
     assert ci_pytest_commands() == [cmd]
+
+
+def test_readme_python_examples_import_what_they_name():
+    # `from streams... import A, B` lines, and `A(...)  # from streams...` comments, in the
+    # README's python blocks: the module imports (its framework installed) and has the names.
+    text = (ROOT / "README.md").read_text()
+    code = "\n".join(re.findall(r"```python\n(.*?)```", text, re.S))
+    named = re.findall(r"^\s*from (streams[\w.]*) import ([\w, ]+)$", code, re.M)
+    named += [(m, n) for n, m in re.findall(r"(\w+)\(.*# from (streams[\w.]*)$", code, re.M)]
+    assert len(named) >= 3, named
+    frameworks = {"langchain": "langchain", "openai_agents": "agents"}
+    for module, names in named:
+        if module.rpartition(".")[2] in frameworks:
+            pytest.importorskip(frameworks[module.rpartition(".")[2]])
+        mod = importlib.import_module(module)
+        for name in names.split(","):
+            assert hasattr(mod, name.strip()), f"{module} has no {name.strip()}"
