@@ -31,6 +31,34 @@ the timeout policy (degraded decisions), their results are ignored; a call is gi
 another call's decision only if its seq equals an earlier one to the microsecond. The
 clock in µs reaches the 2^53 - 1 limit in the year 2255.
 
+Usage and aborts. `usage(run_id, input_tokens=, output_tokens=, cost_usd=, model=)`
+reports what one model call of the run used (semantics.md section 8). A usage event
+yields a decision only when it spends a budget (an abort), so `usage` does not wait for
+one: waiting would add the whole timeout to every model call, for an answer that almost
+never comes. It returns the abort the client already received for the run, if any.
+Nothing is lost by not waiting: the worker folds the usage event before the run's next
+event (one partition, in order), so it answers the next `check` of that run with the
+abort whether or not the usage event's own decision has reached the client by then.
+Every abort the client receives for a run (an answer to a call, to a result or to a
+usage event) is remembered in `aborted[run_id]`; the next `check` of that run returns it
+at once without publishing anything (the worker would answer every later call of an
+aborted run with abort, section 8 "Aborted runs"; and a worker that is down cannot get
+it allowed by the fail-open policy), and `end_run` forgets it.
+
+Shadow mode (semantics.md section 10). A decision with `enforced: false` already says
+`allow` (the would-be action is in `shadow_action`); the client hands it on so, never
+remembers it as an abort, and logs it at debug level on the `loopwarden.gateway`
+logger, one line naming the run, the tool, the detector and the shadow action. A run
+known to be in shadow (a decision of it said so) is not blocked by the fail-closed
+policy either: when the worker does not answer, its degraded decision is `allow` too,
+with the policy's action as `shadow_action`, since whatever the worker would have
+answered, the run would have been allowed (a stop order aside, which a worker answers
+with an enforced abort that the client then remembers).
+
+Privacy mode sends `failed: true` on the tool_result of a tool that failed (an `error`
+given, `None` included), as the hashes alone do not say so (the fleet's tool breaker
+counts failures, semantics.md section 9); raw mode sends the `error` itself.
+
 Errors name their cause: an event too large to send is an `EventTooLarge` raised before
 anything is produced, and a broker that cannot be reached, refuses the login or presents
 a certificate the CA does not vouch for is a `BrokerError` that says which.
@@ -39,10 +67,13 @@ a certificate the CA does not vouch for is a `BrokerError` that says which.
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import time
 from dataclasses import replace
 from typing import Any
 
+import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
@@ -51,12 +82,14 @@ from msgspec import UNSET
 from detectors.errors import LoopwardenError
 from detectors.fingerprint import fingerprint
 from detectors.wire import (
+    MAX_COST_USD,
     MAX_SAFE_INTEGER,
     CompactionRetry,
     Decision,
     RunEnd,
     ToolCall,
     ToolResult,
+    Usage,
     decode_decision,
     decode_value,
     encode,
@@ -69,6 +102,9 @@ from .settings import Settings, build
 FAIL_OPEN = "fail-open"
 FAIL_CLOSED = "fail-closed"
 MAX_REQUEST_SIZE = 1 << 20  # the producer's max_request_size (aiokafka's and Kafka's default)
+_REMEMBERED_RUNS = 100_000  # runs whose abort or shadow mode the client keeps (those never ended)
+
+log = logging.getLogger("loopwarden.gateway")
 
 
 class EventTooLarge(LoopwardenError):
@@ -127,7 +163,8 @@ class GatewayClient:
         self._last_seq = -1  # the last seq issued, for any run (see the module docstring)
         self._waiting: dict[tuple[str, int], asyncio.Future] = {}
         self._seen: dict[str, None] = {}
-        self.aborted: dict[str, Decision] = {}
+        self.aborted: dict[str, Decision] = {}  # run_id -> the abort received for it (see the module docstring)
+        self._shadow: dict[str, None] = {}  # runs a decision said are in shadow mode or held out
         self.degraded = 0
         self.duplicates = 0
         self.received = 0  # own decisions read
@@ -233,8 +270,12 @@ class GatewayClient:
         self._seen[d.event_id] = None
         if len(self._seen) > 100_000:
             del self._seen[next(iter(self._seen))]
-        if d.action == "abort":
-            self.aborted[d.run_id] = d
+        d = as_executed(d)
+        if not d.enforced:
+            _remember(self._shadow, d.run_id, None)
+            log_shadow(d)
+        elif d.action == "abort":
+            _remember(self.aborted, d.run_id, d)
         fut = self._waiting.pop((d.run_id, d.seq), None)
         if fut is not None and not fut.done():
             fut.set_result(d)
@@ -247,6 +288,16 @@ class GatewayClient:
             raise LoopwardenError(f"seq {seq} would exceed 2^53 - 1 (is the clock set to after the year 2255?)")
         self._last_seq = seq
         return seq
+
+    def _head(self, run_id: str, agent_id: str | None = None) -> dict[str, Any]:
+        """The fields every event has, for a new event of the run (its seq issued now)."""
+        return {
+            "run_id": run_id,
+            "seq": self._next_seq(),
+            "gateway_id": self.gateway_id,
+            "agent_id": agent_id or self.agent_id,
+            "ts": int(time.time() * 1000),
+        }
 
     def _encode(self, ev: Any) -> tuple[bytes, bytes]:
         """The event's key and value as they will be produced. Raises EventTooLarge when
@@ -300,21 +351,21 @@ class GatewayClient:
         agent_id: str | None = None,
     ) -> Decision:
         """Publish a tool_call and wait for its decision (or apply the timeout policy).
-        Raises EventTooLarge, before sending, for params too large to send."""
-        seq = self._next_seq()
+        A run this client received an abort for is answered with that abort at once,
+        nothing published (see the module docstring). Raises EventTooLarge, before
+        sending, for params too large to send."""
+        aborted = self.aborted.get(run_id)
+        if aborted is not None:
+            return aborted
         ev = ToolCall(
-            run_id=run_id,
-            seq=seq,
-            gateway_id=self.gateway_id,
-            agent_id=agent_id or self.agent_id,
-            ts=int(time.time() * 1000),
+            **self._head(run_id, agent_id),
             tool_name=tool_name,
             tool_call_id=tool_call_id,
             params=_wire(params),
         )
         key, value = self._encode(ev)
         fut = asyncio.get_running_loop().create_future()
-        self._waiting[(run_id, seq)] = fut
+        self._waiting[(run_id, ev.seq)] = fut
         try:
             await self._send(key, value)
             return await asyncio.wait_for(fut, self.timeout_s)
@@ -322,11 +373,15 @@ class GatewayClient:
             self.degraded += 1
             return self._fallback(ev)
         finally:
-            self._waiting.pop((run_id, seq), None)
+            self._waiting.pop((run_id, ev.seq), None)
 
     def _fallback(self, ev: ToolCall) -> Decision:
+        """The timeout policy's decision; a run known to be in shadow is allowed whatever
+        the policy (its action as `shadow_action`), as the worker would have allowed it."""
         closed = self.policy == FAIL_CLOSED
-        return Decision(
+        shadow = ev.run_id in self._shadow
+        policy_action = "block" if closed else "allow"
+        d = Decision(
             run_id=ev.run_id,
             seq=ev.seq,
             gateway_id=ev.gateway_id,
@@ -335,7 +390,7 @@ class GatewayClient:
             tool_name=ev.tool_name,
             ts=ev.ts,
             event_id=f"{ev.run_id}:{ev.seq}",
-            action="block" if closed else "allow",
+            action="allow" if shadow else policy_action,
             level="none",
             detector=None,
             count=None,
@@ -345,8 +400,13 @@ class GatewayClient:
             paired_tool_name=None,
             args_hash=None,
             config_hash="",
+            enforced=not shadow,
+            shadow_action=policy_action if shadow else None,
             degraded=True,
         )
+        if shadow:
+            log_shadow(d)
+        return d
 
     async def result(
         self,
@@ -359,42 +419,108 @@ class GatewayClient:
         tool_call_id: str | None = None,
         agent_id: str | None = None,
     ) -> None:
-        """Publish a tool's outcome. A result that aborts the run shows in `aborted[run_id]`.
-        Raises EventTooLarge, before sending, for a result too large to send."""
+        """Publish a tool's outcome: `result`, or `error` when the tool failed (privacy mode
+        then sends `failed: true` beside the hashes). A result that aborts the run shows
+        in `aborted[run_id]`. Raises EventTooLarge, before sending, for a result too
+        large to send."""
         ev = ToolResult(
-            run_id=run_id,
-            seq=self._next_seq(),
-            gateway_id=self.gateway_id,
-            agent_id=agent_id or self.agent_id,
-            ts=int(time.time() * 1000),
+            **self._head(run_id, agent_id),
             tool_name=tool_name,
             tool_call_id=tool_call_id,
             params=_wire(params),
             result=_wire(result),
             error=_wire(error),
+            failed=True if self.privacy and error is not UNSET else UNSET,
         )
         await self._send(*self._encode(ev))
+
+    async def usage(
+        self,
+        run_id: str,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost_usd: float = 0.0,
+        model: str | None = None,
+        agent_id: str | None = None,
+    ) -> Decision | None:
+        """Publish what one model call of the run used; return the abort this client
+        already received for the run, or None. It does not wait for the usage event's own
+        decision (see the module docstring): that abort, when it comes, is remembered and
+        returned by the next `check` or `usage` of the run. Raises LoopwardenError,
+        before sending, for amounts the worker would dead-letter (negative, fractional or
+        too large token counts, a negative, non-finite or too large cost, a wrong type)."""
+        tokens_in, tokens_out, cost, model = usage_amounts(input_tokens, output_tokens, cost_usd, model)
+        ev = Usage(
+            **self._head(run_id, agent_id),
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            cost_usd=cost,
+            model=model,
+        )
+        await self._send(*self._encode(ev))
+        return self.aborted.get(run_id)
 
     async def compaction_retry(self, run_id: str) -> None:
-        ev = CompactionRetry(
-            run_id=run_id,
-            seq=self._next_seq(),
-            gateway_id=self.gateway_id,
-            agent_id=self.agent_id,
-            ts=int(time.time() * 1000),
-        )
-        await self._send(*self._encode(ev))
+        await self._send(*self._encode(CompactionRetry(**self._head(run_id))))
 
     async def end_run(self, run_id: str) -> None:
-        ev = RunEnd(
-            run_id=run_id,
-            seq=self._next_seq(),
-            gateway_id=self.gateway_id,
-            agent_id=self.agent_id,
-            ts=int(time.time() * 1000),
-        )
-        await self._send(*self._encode(ev))
+        await self._send(*self._encode(RunEnd(**self._head(run_id))))
         self.aborted.pop(run_id, None)
+        self._shadow.pop(run_id, None)
+
+
+def usage_amounts(
+    input_tokens: Any, output_tokens: Any, cost_usd: Any, model: Any
+) -> tuple[int, int, float, str | None]:
+    """A usage event's amounts as sent, checked as the worker checks them (wire-format.md,
+    "Bad input"): token counts integers from 0 to 2^53 - 1 (a float with an integral
+    value is taken as that integer), the cost a finite number from 0 to 10^9, the model a
+    string or None. Raises LoopwardenError naming the field and why."""
+    tokens = []
+    for name, v in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise LoopwardenError(f"{name} must be a whole number of tokens, got {v!r}")
+        if not 0 <= v <= MAX_SAFE_INTEGER:
+            raise LoopwardenError(f"{name} must be from 0 to 2^53 - 1, got {v}")
+        tokens.append(v)
+    if isinstance(cost_usd, bool) or not isinstance(cost_usd, (int, float)):
+        raise LoopwardenError(f"cost_usd must be a number of US dollars, got {cost_usd!r}")
+    if not math.isfinite(cost_usd) or not 0 <= cost_usd <= MAX_COST_USD:
+        raise LoopwardenError(f"cost_usd must be a finite number from 0 to {MAX_COST_USD:g}, got {cost_usd!r}")
+    if model is not None and not isinstance(model, str):
+        raise LoopwardenError(f"model must be a string or None, got {model!r}")
+    return tokens[0], tokens[1], float(cost_usd), model
+
+
+def as_executed(d: Decision) -> Decision:
+    """A decision as a client executes it: one with `enforced: false` is an allow. Workers
+    already publish it so (semantics.md section 10); one that did not is made so, its
+    action kept as `shadow_action`, so no adapter ever acts on a shadow verdict."""
+    if d.enforced or d.action == "allow":
+        return d
+    return msgspec.structs.replace(d, action="allow", shadow_action=d.shadow_action or d.action)
+
+
+def log_shadow(d: Decision) -> None:
+    """The one debug line of a decision not enforced: its run, tool, detector and shadow action."""
+    log.debug(
+        "shadow decision (executed as allow): run %r, tool %r, detector %s, shadow_action %s",
+        d.run_id,
+        d.tool_name,
+        d.detector,
+        d.shadow_action,
+    )
+
+
+def _remember(table: dict, key: str, value: Any) -> None:
+    """Keep `key` (most recent last), forgetting the oldest beyond _REMEMBERED_RUNS."""
+    table.pop(key, None)
+    table[key] = value
+    if len(table) > _REMEMBERED_RUNS:
+        del table[next(iter(table))]
 
 
 def _wire(value: Any) -> Any:

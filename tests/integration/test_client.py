@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -168,3 +169,41 @@ def test_a_gateway_restarted_mid_run_gets_every_call_its_own_decision(bootstrap,
             ev.args_hash,
         )
     assert replay(events, load_config(json.dumps(CONFIG))) == decisions
+
+
+def test_a_usage_event_that_spends_the_budget_aborts_the_run_and_the_next_check_returns_its_abort(
+    bootstrap, tmp_path, workers
+):
+    """usage() returns at once (it waits for no decision); the usage event's own abort
+    reaches the client on its decisions partition, keyed `run_id:seq`, is remembered, and
+    is what the next check and usage of the run return, until end_run forgets it."""
+    config = {**CONFIG, "loopwarden": {"budgets": {"runTokens": 1000}}}
+    s, w = fresh_worker(bootstrap, tmp_path, workers, config)
+    run = "spending-run"
+
+    async def main():
+        async with GatewayClient(settings=s, gateway_id="gw-usage", timeout_s=15) as c:
+            allowed = await c.check(run, "read", {"p": 1})
+            t0 = time.monotonic()
+            first = await c.usage(run, input_tokens=600, output_tokens=400, cost_usd=0.01, model="m-1")
+            returned = time.monotonic() - t0
+            while run not in c.aborted and time.monotonic() - t0 < 15:
+                await asyncio.sleep(0.01)
+            arrived = time.monotonic() - t0
+            again = await c.usage(run, output_tokens=5)
+            stopped = await c.check(run, "read", {"p": 2})
+            await c.end_run(run)
+            fresh = await c.check(run, "read", {"p": 3})
+            return allowed, first, returned, arrived, c.aborted, again, stopped, fresh
+
+    allowed, first, returned, arrived, aborted, again, stopped, fresh = asyncio.run(main())
+    assert allowed.action == "allow" and first is None and returned < 1.0 and arrived < 15
+    assert again is stopped and (stopped.action, stopped.detector, stopped.tool_name) == ("abort", "run_budget", None)
+    assert fresh.action == "allow" and not fresh.degraded and run not in aborted
+    msgs = sorted(consume(bootstrap, s.events_topic, 5, timeout=30, settle=0.5), key=lambda m: m.offset)
+    events = [decode_event(m.value) for m in msgs]
+    assert [type(e).__name__ for e in events] == ["ToolCall", "Usage", "Usage", "RunEnd", "ToolCall"]
+    spent = events[1]
+    assert (spent.input_tokens, spent.output_tokens, spent.cost_usd, spent.model) == (600, 400, 0.01, "m-1")
+    assert stopped.event_id == f"{run}:{spent.seq}" and stopped.count == 1000
+    assert replay(events, load_config(json.dumps(config))) == [allowed, stopped, fresh]
