@@ -3,7 +3,7 @@ hands their names on, for one release."""
 
 import warnings
 
-from streams.gateway.adapters import RunStopped, as_result, params_of, stops_run, text_of, with_warning
+from streams.gateway.adapters import Prices, RunStopped, as_result, params_of, stops_run, text_of, with_warning
 
 warnings.warn(
     "streams.frameworks is deprecated: import from streams.gateway.adapters instead",
@@ -11,4 +11,4 @@ warnings.warn(
     stacklevel=2,
 )
 
-__all__ = ["RunStopped", "as_result", "params_of", "stops_run", "text_of", "with_warning"]
+__all__ = ["Prices", "RunStopped", "as_result", "params_of", "stops_run", "text_of", "with_warning"]

@@ -4,7 +4,10 @@ framework's own scripted model (no network, no API key): LangChain's fake chat m
 
 Every decision an agent got equals what an offline replay of the events its client sent
 (read back from the events topic) decides, and the model's next input carries each
-warning and block message."""
+warning and block message. The scripted models report token usage where a test needs
+it: a run is warned at 80 percent of its token budget and stopped when it is spent, and
+a shadow agent's loop runs to its end while its decisions say what enforcement would
+have done."""
 
 from __future__ import annotations
 
@@ -12,34 +15,45 @@ import asyncio
 import json
 import time
 
+import msgspec
 import pytest
 
 pytest.importorskip("langchain")
 pytest.importorskip("agents")
 
-from agents import Agent, Model, ModelResponse, Usage, function_tool, set_tracing_disabled  # noqa: E402
+from agents import Agent, set_tracing_disabled  # noqa: E402
 from agents.exceptions import ToolInputGuardrailTripwireTriggered  # noqa: E402
 from langchain.agents import create_agent  # noqa: E402
 from langchain.agents.middleware import SummarizationMiddleware  # noqa: E402
-from langchain_core.language_models.fake_chat_models import FakeListChatModel, FakeMessagesListChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
-from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
+from langchain_core.language_models.fake_chat_models import FakeListChatModel  # noqa: E402
+from langchain_core.messages import ToolMessage  # noqa: E402
 
 from detectors import replay  # noqa: E402
 from detectors.config import load_config  # noqa: E402
-from detectors.wire import CompactionRetry, RunEnd, decode_event  # noqa: E402
+from detectors.wire import CompactionRetry, RunEnd, Usage, decode_event, encode  # noqa: E402
 from streams.gateway.adapters import RunStopped  # noqa: E402
 from streams.gateway.adapters.langchain import LoopwardenMiddleware  # noqa: E402
 from streams.gateway.adapters.openai_agents import LoopwardenGuard  # noqa: E402
 from streams.gateway.client import FAIL_CLOSED, FAIL_OPEN, GatewayClient  # noqa: E402
 from tests.integration.harness import consume, fresh_worker  # noqa: E402
+from tests.scripted_agents import (  # noqa: E402
+    MODEL,
+    ScriptedChat,
+    ScriptedModel,
+    last_output,
+    lc_script,
+    lc_tools,
+    oa_tools,
+    tool_output,
+)
 
 pytestmark = pytest.mark.integration
 set_tracing_disabled(True)
 
 CONFIG = {
     "tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}},
+    # every run may spend 2000 tokens; only the budget and shadow tests report any
+    "loopwarden": {"budgets": {"runTokens": 2000}},
     # the compaction test repeats one call after a summary; only the post-compaction guard may stop it
     # (the first listed agent would be the default one: "main" is listed first, as itself)
     "agents": {
@@ -49,16 +63,21 @@ CONFIG = {
                 "id": "compacting",
                 "tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 20}},
             },
+            {"id": "trial", "loopwarden": {"enforce": False}},  # shadow mode
         ]
     },
 }
-FAILED = "make: *** No rule to make target 'all'. Stop. (exit 2)"
+ENFORCED = {**CONFIG, "agents": {"list": [a for a in CONFIG["agents"]["list"] if a["id"] != "trial"]}}
 REPEAT = [("exec", {"command": "make all"})] * 7
 PING_PONG = [("read_file", {"path": "a.txt"}), ("write_file", {"path": "a.txt", "text": "x"})] * 4
 POLL = [("command_status", {"command_id": "job-7"})] * 7
 VARIED = [
     ("read_file", {"path": f"src/m{i}.py"}) if i % 2 else ("exec", {"command": f"pytest -k t{i}"}) for i in range(12)
 ]
+READS = [("read_file", {"path": f"src/m{i}.py"}) for i in range(8)]
+USAGE = (300, 100)  # tokens a model call: 1600 of 2000 (80 percent) after the 4th, 2000 (spent) after the 5th
+SHADOW_USAGE = (200, 50)  # 250 tokens a model call: the 8th, the final answer, spends the budget
+PRICES = {MODEL: (2.0, 8.0)}  # US dollars per million tokens: a call costs $0.0014
 
 
 @pytest.fixture(scope="module")
@@ -90,71 +109,63 @@ def run_events(bootstrap: str, topic: str, run_id: str, timeout: float = 20) -> 
         time.sleep(0.2)
 
 
-def run_decisions(bootstrap: str, topic: str, run_id: str) -> list[dict]:
-    msgs = consume(bootstrap, topic, 0, timeout=1, settle=0)
-    return [
-        json.loads(m.value)
-        for m in sorted(msgs, key=lambda m: (m.partition, m.offset))
-        if json.loads(m.value)["run_id"] == run_id
+def replayed(bootstrap: str, s, run_id: str, got: list) -> tuple[list, list]:
+    """The run's events as sent and their offline replay, once the run ended: the worker
+    published exactly the replayed decisions, and each decision the agent got is one of
+    them (a remembered abort is not asked for again, so the agent may see fewer)."""
+    events = run_events(bootstrap, s.events_topic, run_id)
+    assert isinstance(events[-1], RunEnd)
+    want = replay(events, load_config(json.dumps(CONFIG)))
+    assert run_decisions(bootstrap, s.decisions_topic, run_id) == [json.loads(encode(d)) for d in want]
+    by_id = {d.event_id: d for d in want}
+    assert all(by_id[d.event_id] == d for d in got)
+    return events, want
+
+
+def spent_as_replay_decides(events: list, want: list, decisions: list) -> None:
+    """Usage events as the scripted model reported them, priced; the 4th call warned at 80
+    percent; the 5th model call's usage event spent the budget, its own abort, which
+    answers (or, remembered, stands for) the next call."""
+    usages = [e for e in events if isinstance(e, Usage)]
+    assert [(u.input_tokens, u.output_tokens, u.model) for u in usages] == [(*USAGE, MODEL)] * 5
+    assert all(u.cost_usd == pytest.approx(0.0014) for u in usages)
+    assert [(d.action, d.detector, d.count) for d in decisions[:4]] == [("allow", None, None)] * 3 + [
+        ("warn", "run_budget", 80)
     ]
+    assert decisions[3].warning_key == "budget:tokens:80"
+    (spent,) = [d for d in want if d.tool_name is None]
+    assert (spent.action, spent.detector, spent.count) == ("abort", "run_budget", 2000)
+    assert spent.event_id == f"{usages[-1].run_id}:{usages[-1].seq}"
+    assert [d.action for d in want if d.tool_name is not None][4:] in ([], ["abort"])  # the call after the spend
 
 
-def tool_output(name: str, args: dict) -> str:
-    if name == "exec" and args["command"] == "make all":
-        return FAILED
-    if name == "command_status":
-        return "job-7: running, 0 of 40 steps done"
-    if name == "read_file":
-        return f"contents of {args['path']}"
-    if name == "write_file":
-        return "EACCES: permission denied"
-    return f"ok: {args}"
+def as_enforced(events: list, want: list) -> None:
+    """A shadow run's decisions say what the same events decide with enforcement on: its
+    `shadow_action` is the enforced action, every other verdict field the same."""
+    enforced = replay(events, load_config(json.dumps(ENFORCED)))
+    assert [d.event_id for d in enforced] == [d.event_id for d in want]
+    verdict = ("level", "detector", "count", "message", "warning_key", "paired_tool_name", "args_hash")
+    for shadow, e in zip(want, enforced, strict=True):
+        assert (shadow.action, shadow.enforced, shadow.shadow_action) == ("allow", False, e.action)
+        assert (e.enforced, e.shadow_action) == (True, None)
+        assert [getattr(shadow, f) for f in verdict] == [getattr(e, f) for f in verdict]
+    assert {"warn", "block", "abort"} <= {e.action for e in enforced}
+
+
+def run_decisions(bootstrap: str, topic: str, run_id: str) -> list[dict]:
+    """The run's decisions as published, each once: a worker that reads events again
+    (after a rebalance, or a fetch it lost) publishes their decisions again, identical,
+    and gateways drop the repeats by `event_id` (the decisions topic is at-least-once)."""
+    msgs = consume(bootstrap, topic, 0, timeout=1, settle=0)
+    first: dict[str, dict] = {}
+    for m in sorted(msgs, key=lambda m: (m.partition, m.offset)):
+        d = json.loads(m.value)
+        if d["run_id"] == run_id:
+            assert first.setdefault(d["event_id"], d) == d, "a decision published again must be identical"
+    return list(first.values())
 
 
 # --- LangChain ------------------------------------------------------------------------
-
-
-class ScriptedChat(FakeMessagesListChatModel):
-    """LangChain's fake chat model, recording every input; tools are bound as is."""
-
-    inputs: list = []
-
-    def bind_tools(self, tools, **kwargs):
-        return self
-
-    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
-        self.inputs.append(list(messages))
-        return super()._generate(messages, stop, run_manager, **kwargs)
-
-
-def lc_script(calls: list[tuple[str, dict]]) -> list[AIMessage]:
-    return [
-        AIMessage(content="", tool_calls=[{"name": n, "args": a, "id": f"call-{i}"}]) for i, (n, a) in enumerate(calls)
-    ] + [AIMessage(content="giving up")]
-
-
-def lc_tools():
-    @tool("exec")
-    def exec_(command: str) -> str:
-        """Run a shell command."""
-        return tool_output("exec", {"command": command})
-
-    @tool
-    def read_file(path: str) -> str:
-        """Read a file."""
-        return tool_output("read_file", {"path": path})
-
-    @tool
-    def write_file(path: str, text: str) -> str:
-        """Write a file."""
-        return tool_output("write_file", {"path": path, "text": text})
-
-    @tool
-    def command_status(command_id: str) -> str:
-        """Poll a background command."""
-        return tool_output("command_status", {"command_id": command_id})
-
-    return [exec_, read_file, write_file, command_status]
 
 
 async def lc_agent(s, gateway_id: str, calls, **client_kw):
@@ -232,86 +243,90 @@ def test_langchain_summarization_is_sent_and_a_loop_surviving_it_aborts_the_run(
     assert not any(d.action == "block" for d in want)  # stopped by the guard, not by the repeat detector
 
 
+def test_langchain_agent_is_warned_at_80_percent_of_its_token_budget_and_stopped_at_100(bootstrap, live):
+    s, _ = live
+    decisions: list = []
+    ran: list = []
+    model = ScriptedChat(responses=lc_script(READS, USAGE), inputs=[])
+
+    async def main():
+        async with GatewayClient(settings=s, gateway_id="lc-budget") as client:
+            mw = LoopwardenMiddleware(client, on_decision=decisions.append, prices=PRICES)
+            agent = create_agent(model, lc_tools(ran), middleware=[mw])
+            with pytest.raises(RunStopped) as stopped:
+                await agent.ainvoke({"messages": [{"role": "user", "content": "build it"}]})
+            return stopped.value
+
+    stopped = asyncio.run(main())
+    assert not any(d.degraded for d in decisions)
+    assert decisions[3].message in model.inputs[4][-1].content  # the warning reached the model
+    assert (stopped.decision.action, stopped.decision.detector) == ("abort", "run_budget")
+    assert stopped.decision is decisions[-1] and len(decisions) == 5
+    assert ran == ["read_file"] * 4 and len(model.inputs) == 5  # no tool and no model call after the spend
+    events, want = replayed(bootstrap, s, stopped.run_id, decisions)
+    spent_as_replay_decides(events, want, decisions)
+
+
 # --- OpenAI Agents SDK ------------------------------------------------------------------
 
 
-class ScriptedModel(Model):
-    """A scripted model: one tool call per turn, then a final answer; records its inputs."""
+def test_openai_agent_is_warned_at_80_percent_of_its_token_budget_and_stopped_at_100(bootstrap, live):
+    s, _ = live
+    decisions: list = []
+    ran: list = []
+    model = ScriptedModel(READS, USAGE)
 
-    def __init__(self, calls: list[tuple[str, dict]]) -> None:
-        self.calls = list(calls)
-        self.inputs: list = []
+    async def main():
+        async with GatewayClient(settings=s, gateway_id="oa-budget") as client:
+            guard = LoopwardenGuard(client, on_decision=decisions.append, prices=PRICES)
+            agent = Agent(name="builder", model=model, tools=guard.protect(oa_tools(ran)))
+            with pytest.raises(ToolInputGuardrailTripwireTriggered) as tripped:
+                await guard.run(agent, "build it", max_turns=30)
+            return tripped.value.output.output_info
 
-    async def get_response(
-        self,
-        system_instructions,
-        input,
-        model_settings,
-        tools,
-        output_schema,
-        handoffs,
-        tracing,
-        *,
-        previous_response_id=None,
-        conversation_id=None,
-        prompt=None,
-    ):
-        self.inputs.append(input if isinstance(input, str) else list(input))
-        i = len(self.inputs) - 1
-        if i < len(self.calls):
-            name, args = self.calls[i]
-            out = [
-                ResponseFunctionToolCall(
-                    type="function_call", call_id=f"call-{i}", name=name, arguments=json.dumps(args)
-                )
-            ]
-        else:
-            out = [
-                ResponseOutputMessage(
-                    id="msg",
-                    type="message",
-                    role="assistant",
-                    status="completed",
-                    content=[ResponseOutputText(type="output_text", text="giving up", annotations=[])],
-                )
-            ]
-        return ModelResponse(output=out, usage=Usage(), response_id=None)
-
-    def stream_response(self, *args, **kwargs):
-        raise NotImplementedError
+    info = asyncio.run(main())
+    assert not any(d.degraded for d in decisions)
+    assert decisions[3].message in last_output(model.inputs[4])[1]
+    assert (info["action"], info["detector"]) == ("abort", "run_budget") and info == msgspec.to_builtins(decisions[-1])
+    assert ran == ["read_file"] * 4 and len(model.inputs) == 5 and len(decisions) == 5
+    events, want = replayed(bootstrap, s, decisions[0].run_id, decisions)
+    assert {e.agent_id for e in events if not isinstance(e, RunEnd)} == {"builder"}
+    spent_as_replay_decides(events, want, decisions)
 
 
-def oa_tools(ran: list):
-    @function_tool(name_override="exec")
-    def exec_(command: str) -> str:
-        """Run a shell command."""
-        ran.append("exec")
-        return tool_output("exec", {"command": command})
-
-    @function_tool
-    def read_file(path: str) -> str:
-        """Read a file."""
-        ran.append("read_file")
-        return tool_output("read_file", {"path": path})
-
-    @function_tool
-    def write_file(path: str, text: str) -> str:
-        """Write a file."""
-        ran.append("write_file")
-        return tool_output("write_file", {"path": path, "text": text})
-
-    @function_tool
-    def command_status(command_id: str) -> str:
-        """Poll a background command."""
-        ran.append("command_status")
-        return tool_output("command_status", {"command_id": command_id})
-
-    return [exec_, read_file, write_file, command_status]
+# --- shadow mode ----------------------------------------------------------------------
 
 
-def last_output(items: list) -> tuple[str, str]:
-    out = [x for x in items if isinstance(x, dict) and x.get("type") == "function_call_output"][-1]
-    return out["call_id"], out["output"]
+@pytest.mark.parametrize("framework", ["langchain", "openai-agents"])
+def test_a_shadow_agent_runs_every_call_of_its_loop_and_is_told_what_enforcement_would_do(bootstrap, live, framework):
+    s, _ = live
+    decisions: list = []
+    ran: list = []
+
+    async def main():
+        async with GatewayClient(settings=s, gateway_id=f"shadow-{framework}") as client:
+            if framework == "langchain":
+                model = ScriptedChat(responses=lc_script(REPEAT, SHADOW_USAGE), inputs=[])
+                mw = LoopwardenMiddleware(client, on_decision=decisions.append)
+                agent = create_agent(model, lc_tools(ran), middleware=[mw], name="trial")
+                out = await agent.ainvoke({"messages": [{"role": "user", "content": "build it"}]})
+                return out["messages"][-1].content, [m.content for m in model.inputs[-1] if isinstance(m, ToolMessage)]
+            oa = ScriptedModel(REPEAT, SHADOW_USAGE)
+            guard = LoopwardenGuard(client, on_decision=decisions.append)
+            result = await guard.run(Agent(name="trial", model=oa, tools=guard.protect(oa_tools(ran))), "build it")
+            return result.final_output, [last_output(oa.inputs[i + 1])[1] for i in range(len(REPEAT))]
+
+    final, shown = asyncio.run(main())
+    assert final == "giving up" and ran == ["exec"] * 7  # every call ran, the run ended by itself
+    assert shown == [tool_output(*REPEAT[0])] * 7  # no warning, no block message
+    assert {(d.action, d.enforced) for d in decisions} == {("allow", False)} and not any(d.degraded for d in decisions)
+    assert [d.shadow_action for d in decisions] == ["allow", "allow", "allow", "warn", "allow", "block", "block"]
+    events, want = replayed(bootstrap, s, decisions[0].run_id, decisions)
+    spent = want[-1]  # the final answer's usage spent the budget: a shadow abort, which the agent did not wait for
+    assert (spent.tool_name, spent.detector) == (None, "run_budget")
+    assert (spent.action, spent.enforced, spent.shadow_action) == ("allow", False, "abort")
+    assert want[:-1] == decisions
+    as_enforced(events, want)
 
 
 @pytest.mark.parametrize(

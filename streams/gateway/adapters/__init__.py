@@ -7,18 +7,28 @@
 Importing this package needs neither framework; importing one of the modules needs
 that framework (and says which extra to install when it is missing). What the helpers
 here share: how a tool's output becomes a `tool_result`, how a warning reaches the
-model, and `RunStopped`, raised where the framework lets an exception end the run.
+model, `RunStopped`, raised where the framework lets an exception end the run, and
+`Prices`, the price table a model call's cost is computed from for `usage` events.
+
+Decisions reach the adapters as the client executes them: one with `enforced: false`
+(shadow mode, holdout) says `allow`, so an adapter runs the call, shows the model
+nothing and never stops the run on it; the client logs it (see streams.gateway.client).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
 from detectors.errors import LoopwardenError
 from detectors.wire import Decision
+
+log = logging.getLogger("loopwarden.gateway")
 
 
 class RunStopped(LoopwardenError):
@@ -31,6 +41,49 @@ class RunStopped(LoopwardenError):
         super().__init__(decision.message or f"loopwarden stopped run {decision.run_id!r} ({decision.action})")
         self.decision = decision
         self.run_id = decision.run_id
+
+
+class Prices:
+    """What a model's tokens cost, in US dollars per million tokens, input and output:
+
+        Prices({"gpt-4.1": (2.00, 8.00), "gpt-4.1-mini": (0.40, 1.60)})
+
+    Models are looked up by their exact name; a model missing from a table that was
+    given costs 0, with one warning per model name (a cost budget would otherwise be
+    spent more slowly than the user thinks). No table (None or empty): every call costs
+    0, without warnings, and only token budgets apply."""
+
+    def __init__(self, table: Mapping[str, tuple[float, float]] | None = None) -> None:
+        self.table: dict[str, tuple[float, float]] = {}
+        for model, pair in (table or {}).items():
+            if not isinstance(model, str) or not model:
+                raise LoopwardenError(f"a price table's model names are non-empty strings, got {model!r}")
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(_price(p) for p in pair):
+                raise LoopwardenError(
+                    f"the price of {model!r} must be a pair of finite numbers >= 0, US dollars per million "
+                    f"input and output tokens, e.g. (2.5, 10.0); got {pair!r}"
+                )
+            self.table[model] = (float(pair[0]), float(pair[1]))
+        self._unpriced: set[str | None] = set()
+
+    def cost(self, models: tuple[str | None, ...], input_tokens: int, output_tokens: int) -> tuple[float, str | None]:
+        """The cost of one call and the model name it was priced by: the first of `models`
+        (names the call goes by, e.g. the one the provider answered with, then the one
+        configured) that the table holds; else 0 and the first name given."""
+        for model in models:
+            if model is not None and model in self.table:
+                per_in, per_out = self.table[model]
+                return (input_tokens * per_in + output_tokens * per_out) / 1_000_000, model
+        name = next((m for m in models if m), None)
+        if self.table and name not in self._unpriced:
+            self._unpriced.add(name)
+            what = f"model {name!r}" if name else "a model call that names no model"
+            log.warning("loopwarden: no price for %s in the price table; reported at cost 0", what)
+        return 0.0, name
+
+
+def _price(p: Any) -> bool:
+    return isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) and p >= 0
 
 
 def stops_run(d: Decision) -> bool:
@@ -93,4 +146,4 @@ def _jsonable(value: Any) -> bool:
         return False
 
 
-__all__ = ["RunStopped", "as_result", "params_of", "stops_run", "text_of", "with_warning"]
+__all__ = ["Prices", "RunStopped", "as_result", "params_of", "stops_run", "text_of", "with_warning"]

@@ -19,6 +19,15 @@ Async only (`ainvoke` / `astream`): the client is. What each hook does:
   `abort` is stopped here; a new summary message of LangChain's `SummarizationMiddleware`
   (its compaction; `additional_kwargs["lc_source"] == "summarization"`) is reported as
   `compaction_retry`, once per summary.
+- `awrap_model_call`, after each model call: the model's `usage_metadata` (input and
+  output tokens, summed over the AI messages of the response) is reported with
+  `GatewayClient.usage`, its cost from the price table given as `prices` (US dollars per
+  million input and output tokens by model name, looked up by the name the provider
+  answered with, `response_metadata["model_name"]`, then by the chat model's
+  `model_name` or `model`; no table: cost 0). A call without usage metadata, or with no
+  tokens, is not reported. When an abort comes back (the run's budget is spent, or any
+  abort received earlier), `RunStopped` ends the run, as for a call's abort; otherwise
+  the budget's abort answers the next tool call.
 - `aafter_agent` sends `run_end` when the agent finishes (and `RunStopped` sends it
   before it is raised).
 
@@ -27,7 +36,8 @@ Ids. run_id: the `run_id` of the invocation's config if the caller set one
 otherwise a new uuid per invocation; it is kept in the agent state
 (`loopwarden_run_id`), so a run resumed from a checkpoint after an interrupt goes on
 under the same id. agent_id: the `agent_id` given here, else the agent's name
-(`create_agent(name=...)`, LangChain's `lc_agent_name` metadata), else the client's
+(`create_agent(name=...)`, LangChain's `lc_agent_name` metadata, read from the graph's
+config in a model call), else the client's
 `agent_id`. gateway_id: the client's. tool_call_id: the model's tool call id.
 
 Policy and privacy are the client's: `GatewayClient(policy=FAIL_OPEN | FAIL_CLOSED,
@@ -35,17 +45,23 @@ timeout_s=..., privacy=True)` (privacy mode, the default, sends hashes only). Wh
 worker does not answer within the timeout, fail-open runs the tool; fail-closed blocks
 it and stops the run with `RunStopped` (`decision.degraded` true), as every further call
 would wait out the timeout to be blocked again.
+
+Shadow mode: a decision with `enforced: false` says `allow` (what enforcement would have
+done is its `shadow_action`), so the tool runs and the model is shown nothing; the client
+logs it at debug level. A fleet block (`fleet_tool_breaker`) reaches the model like any
+block, and an operator's stop (`operator_stop`) ends the run like any abort.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any, NotRequired
 
 try:
     from langchain.agents.middleware.types import AgentMiddleware, AgentState, PrivateStateAttr
-    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    from langgraph.config import get_config
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
         "streams.gateway.adapters.langchain needs langchain 1.x: pip install 'loopwarden[langchain]'"
@@ -55,7 +71,7 @@ from detectors.errors import LoopwardenError
 from detectors.wire import Decision
 from streams.gateway.client import GatewayClient
 
-from . import RunStopped, as_result, stops_run, text_of, with_warning
+from . import Prices, RunStopped, as_result, stops_run, text_of, with_warning
 
 RUN_KEY = "loopwarden_run_id"
 _MAX_TRACKED_RUNS = 10_000
@@ -67,7 +83,8 @@ class LoopwardenState(AgentState):
 
 class LoopwardenMiddleware(AgentMiddleware):
     """See the module docstring. `on_decision`, if given, is called with every decision
-    (a degraded one included) before the adapter acts on it."""
+    (a degraded one included) before the adapter acts on it. `prices`: the price table
+    of the model calls' cost (a `Prices` or the mapping it takes), None for cost 0."""
 
     state_schema = LoopwardenState
 
@@ -77,11 +94,13 @@ class LoopwardenMiddleware(AgentMiddleware):
         *,
         agent_id: str | None = None,
         on_decision: Callable[[Decision], None] | None = None,
+        prices: Prices | Mapping[str, tuple[float, float]] | None = None,
     ) -> None:
         super().__init__()
         self.client = client
         self.agent_id = agent_id
         self.on_decision = on_decision
+        self.prices = prices if isinstance(prices, Prices) else Prices(prices)
         self._summaries: dict[str, set[str]] = {}  # run_id -> summary messages already reported
 
     @property
@@ -161,7 +180,34 @@ class LoopwardenMiddleware(AgentMiddleware):
                     if len(self._summaries) > _MAX_TRACKED_RUNS:  # runs that ended without after_agent
                         del self._summaries[next(iter(self._summaries))]
                     await self.client.compaction_retry(run_id)
-        return await handler(request)
+        response = await handler(request)
+        d = await self._report_usage(run_id, request, response)
+        if d is not None:  # the run was aborted: a budget spent, or an abort received meanwhile
+            if self.on_decision is not None:
+                self.on_decision(d)
+            await self._stop(d)
+        return response
+
+    async def _report_usage(self, run_id: str, request: Any, response: Any) -> Decision | None:
+        """Report the model call's token usage; the run's abort, if the client has one."""
+        messages = _ai_messages(response)
+        metas = [m.usage_metadata for m in messages if m.usage_metadata]
+        tokens_in = sum(u.get("input_tokens") or 0 for u in metas)
+        tokens_out = sum(u.get("output_tokens") or 0 for u in metas)
+        if not tokens_in and not tokens_out:
+            return None
+        meta = [m.response_metadata or {} for m in messages]
+        answered = _name(*(md.get(key) for md in meta for key in ("model_name", "model")))
+        configured = _name(getattr(request.model, "model_name", None), getattr(request.model, "model", None))
+        cost, model = self.prices.cost((answered, configured), tokens_in, tokens_out)
+        return await self.client.usage(
+            run_id,
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            cost_usd=cost,
+            model=model,
+            agent_id=self._agent_id(request.runtime),
+        )
 
     # --- helpers ----------------------------------------------------------------------
 
@@ -181,7 +227,7 @@ class LoopwardenMiddleware(AgentMiddleware):
     def _agent_id(self, runtime: Any) -> str | None:
         if self.agent_id:
             return self.agent_id
-        config = getattr(runtime, "config", None) or {}
+        config = getattr(runtime, "config", None) or _graph_config()  # a model call's runtime has none
         name = (config.get("metadata") or {}).get("lc_agent_name")
         return name if isinstance(name, str) and name else None
 
@@ -194,10 +240,32 @@ class LoopwardenMiddleware(AgentMiddleware):
         raise RunStopped(d)
 
 
+def _graph_config() -> dict:
+    """The config of the graph node running now (LangGraph's), or {} outside one."""
+    try:
+        return get_config()
+    except RuntimeError:
+        return {}
+
+
 def _get(state: Any, key: str) -> Any:
     if isinstance(state, dict):
         return state.get(key)
     return getattr(state, key, None)
+
+
+def _ai_messages(response: Any) -> list[AIMessage]:
+    """The AI messages of a model call's result (a ModelResponse, an AIMessage, or an
+    ExtendedModelResponse that an inner middleware returned)."""
+    if isinstance(response, AIMessage):
+        return [response]
+    inner = getattr(response, "model_response", response)
+    return [m for m in getattr(inner, "result", None) or () if isinstance(m, AIMessage)]
+
+
+def _name(*candidates: Any) -> str | None:
+    """The first candidate that is a non-empty string (a model's name), or None."""
+    return next((c for c in candidates if isinstance(c, str) and c), None)
 
 
 def _append(content: Any, message: str) -> Any:

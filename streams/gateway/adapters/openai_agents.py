@@ -19,6 +19,23 @@ returned as a `tool_result` (a string as text; a dict as `details`). Compactions
 reported: the SDK's (`OpenAIResponsesCompactionSession`) happen where no tool guardrail
 sees them, so call `guard.client.compaction_retry(run_id)` yourself after one.
 
+Usage. `guard.hooks()` is the SDK's run hooks (`RunHooks`) that report each model
+response's usage (`on_llm_end`: `response.usage.input_tokens` and `output_tokens`) with
+`GatewayClient.usage`, its cost from the price table given as `prices` (US dollars per
+million input and output tokens, by the agent's model name: `agent.model`, or a `Model`'s
+`model`; no table: cost 0); a response with no tokens is not reported. `guard.run`
+passes them to `Runner.run` (around any `hooks=` of your own, which still get every
+call); with `Runner.run` inside `guard.scope()`, pass `hooks=guard.hooks(yours)`. When
+an abort comes back, or is known for the run before a model call (`on_llm_start`: a
+spent budget, an abort answered to a result), `RunStopped` is raised and ends the run
+before the model is called again; otherwise the budget's abort answers the next tool
+call.
+
+Shadow mode: a decision with `enforced: false` says `allow` (what enforcement would have
+done is its `shadow_action`), so the tool runs and the model is shown nothing; the client
+logs it at debug level. A fleet block (`fleet_tool_breaker`) is rejected content like
+any block, and an operator's stop (`operator_stop`) halts the run like any abort.
+
 Ids. run_id: one per run scope, `guard.run(...)` or `async with guard.scope(run_id=None)`
 (a new uuid unless given; a context variable, which the SDK's tool tasks inherit);
 `run_end` is sent when the scope closes, however the run ended. A tool called outside
@@ -37,12 +54,12 @@ from __future__ import annotations
 
 import contextvars
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 try:
-    from agents import FunctionTool, Runner
+    from agents import FunctionTool, ModelResponse, RunContextWrapper, RunHooks, Runner
     from agents.tool_guardrails import (
         ToolGuardrailFunctionOutput,
         ToolInputGuardrailData,
@@ -61,14 +78,15 @@ from detectors.errors import LoopwardenError
 from detectors.wire import Decision
 from streams.gateway.client import GatewayClient
 
-from . import RunStopped, as_result, params_of, stops_run, text_of, with_warning
+from . import Prices, RunStopped, as_result, params_of, stops_run, text_of, with_warning
 
 _RUN: contextvars.ContextVar[str | None] = contextvars.ContextVar("loopwarden_run_id", default=None)
 
 
 class LoopwardenGuard:
     """See the module docstring. `on_decision`, if given, is called with every decision
-    (a degraded one included) before the guardrail acts on it."""
+    (a degraded one included) before the guardrail acts on it. `prices`: the price table
+    of the model calls' cost (a `Prices` or the mapping it takes), None for cost 0."""
 
     def __init__(
         self,
@@ -76,10 +94,12 @@ class LoopwardenGuard:
         *,
         agent_id: str | None = None,
         on_decision: Callable[[Decision], None] | None = None,
+        prices: Prices | Mapping[str, tuple[float, float]] | None = None,
     ) -> None:
         self.client = client
         self.agent_id = agent_id
         self.on_decision = on_decision
+        self.prices = prices if isinstance(prices, Prices) else Prices(prices)
         self._warnings: dict[tuple[str, str], str] = {}  # (run_id, call_id) -> warning for the output
         self.input_guardrail = tool_input_guardrail(name="loopwarden")(self._before)
         self.output_guardrail = tool_output_guardrail(name="loopwarden")(self._after)
@@ -116,9 +136,45 @@ class LoopwardenGuard:
             await self.client.end_run(rid)
 
     async def run(self, agent: Any, input: Any, *, run_id: str | None = None, **kwargs: Any) -> Any:
-        """`Runner.run(agent, input, **kwargs)` in a run scope."""
+        """`Runner.run(agent, input, **kwargs)` in a run scope, with the guard's hooks
+        around `kwargs["hooks"]` if given."""
+        kwargs["hooks"] = self.hooks(kwargs.get("hooks"))
         async with self.scope(run_id):
             return await Runner.run(agent, input, **kwargs)
+
+    def hooks(self, inner: RunHooks | None = None) -> RunHooks:
+        """Run hooks that report each model response's usage and stop an aborted run
+        before its next model call; `inner`, your own run hooks, get every call first."""
+        return _UsageHooks(self, inner)
+
+    # --- model calls --------------------------------------------------------------------
+
+    def _stop_if_aborted(self) -> None:
+        aborted = self.client.aborted.get(_run_id())
+        if aborted is not None:
+            self._stop(aborted)
+
+    async def _report_usage(self, agent: Any, response: ModelResponse) -> None:
+        usage = response.usage
+        tokens_in, tokens_out = usage.input_tokens or 0, usage.output_tokens or 0
+        if not tokens_in and not tokens_out:
+            return
+        cost, model = self.prices.cost((_model_name(agent),), tokens_in, tokens_out)
+        d = await self.client.usage(
+            _run_id(),
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            cost_usd=cost,
+            model=model,
+            agent_id=self.agent_id or _agent_id(agent),
+        )
+        if d is not None:
+            self._stop(d)
+
+    def _stop(self, d: Decision) -> None:
+        if self.on_decision is not None:
+            self.on_decision(d)
+        raise RunStopped(d)  # the scope sends run_end as the exception leaves it
 
     # --- the guardrails -----------------------------------------------------------------
 
@@ -163,6 +219,50 @@ class LoopwardenGuard:
         if warning:
             return ToolGuardrailFunctionOutput.reject_content(with_warning(text_of(data.output), warning))
         return ToolGuardrailFunctionOutput.allow()
+
+
+def _passed_on(name: str) -> Any:
+    """A run hook that only hands its call on to the user's hooks, if any."""
+
+    async def hook(self: _UsageHooks, *args: Any, **kwargs: Any) -> None:
+        if self.inner is not None:
+            await getattr(self.inner, name)(*args, **kwargs)
+
+    hook.__name__ = name
+    return hook
+
+
+class _UsageHooks(RunHooks):
+    """The guard's run hooks (see LoopwardenGuard.hooks), around the user's own."""
+
+    def __init__(self, guard: LoopwardenGuard, inner: RunHooks | None) -> None:
+        self.guard = guard
+        self.inner = inner
+
+    async def on_llm_start(
+        self, context: RunContextWrapper, agent: Any, system_prompt: str | None, input_items: list
+    ) -> None:
+        if self.inner is not None:
+            await self.inner.on_llm_start(context, agent, system_prompt, input_items)
+        self.guard._stop_if_aborted()
+
+    async def on_llm_end(self, context: RunContextWrapper, agent: Any, response: ModelResponse) -> None:
+        if self.inner is not None:
+            await self.inner.on_llm_end(context, agent, response)
+        await self.guard._report_usage(agent, response)
+
+    on_agent_start = _passed_on("on_agent_start")
+    on_agent_end = _passed_on("on_agent_end")
+    on_handoff = _passed_on("on_handoff")  # the SDK passes its arguments by keyword
+    on_tool_start = _passed_on("on_tool_start")
+    on_tool_end = _passed_on("on_tool_end")
+
+
+def _model_name(agent: Any) -> str | None:
+    """The agent's model name: `agent.model` when a string, else a `Model`'s `model`."""
+    model = getattr(agent, "model", None)
+    name = model if isinstance(model, str) else getattr(model, "model", None)
+    return name if isinstance(name, str) and name else None
 
 
 def _run_id() -> str:
