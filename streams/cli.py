@@ -491,7 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--html",
         metavar="FILE",
         help="write a self-contained HTML report (opens from disk, no network): the summary, decisions "
-        "by action, detector, agent and tool, warnings and blocks per minute, a timeline of each run "
+        "by action, detector, agent and tool, budgets and runs not enforced (shadow mode, holdout), "
+        "warnings and blocks per minute, a timeline of each run "
         "with a mismatch, block or abort, the configs used",
     )
     au._negative_number_matcher = RELATIVE_TIME  # `--from -2h`: a value, as for top
