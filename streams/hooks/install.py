@@ -61,7 +61,7 @@ def config_path(runtime: str, project: str | None, user: bool, env: dict | None 
 
 
 def hook_command(runtime: str, event: str, exe: str, flags: list[str]) -> str:
-    return " ".join([shlex.quote(exe), runtime, event, *flags])
+    return " ".join(shlex.quote(word) for word in [exe, runtime, event, *flags])
 
 
 def default_exe() -> str:

@@ -26,7 +26,6 @@ What a decision does, by runtime (README, "Claude Code, Codex and Gemini CLI"):
 from __future__ import annotations
 
 import json
-from collections import namedtuple
 
 CALL, RESULT, FAILURE, COMPACTION, END = "call", "result", "failure", "compaction", "end"
 MAX_INPUT_BYTES = 16 << 20  # 16 times the worker's default event limit (1 MiB)
@@ -37,11 +36,18 @@ class BadInput(ValueError):
     """A hook's input loopwarden cannot judge; the message says why, for stderr."""
 
 
-# name; events: hook event -> kind; stops_on_call: the call hook's answer can stop the
-# run; context_on_call: it can carry context for the model; call_event: the hook that
-# judges a call. (Named tuples, not dataclasses: importing dataclasses costs the hook
-# several milliseconds on every tool call.)
-Runtime = namedtuple("Runtime", "name events stops_on_call context_on_call call_event")
+class Runtime:
+    """`events`: hook event -> kind; `stops_on_call`: the call hook's answer can stop the
+    run; `context_on_call`: it can carry context for the model; `call_event`: the hook
+    that judges a call. (Plain classes, not dataclasses or named tuples: the hook imports
+    this module on every tool call, and those cost it milliseconds.)"""
+
+    __slots__ = ("name", "events", "stops_on_call", "context_on_call", "call_event")
+
+    def __init__(self, name: str, events: dict, stops_on_call: bool, context_on_call: bool, call_event: str) -> None:
+        self.name, self.events, self.call_event = name, events, call_event
+        self.stops_on_call, self.context_on_call = stops_on_call, context_on_call
+
 
 RUNTIMES: dict[str, Runtime] = {
     "claude-code": Runtime(
@@ -74,14 +80,44 @@ RUNTIMES: dict[str, Runtime] = {
 }
 
 
-# One hook's input, read: `kind` is CALL, RESULT, FAILURE, COMPACTION or END; a call
-# and a result have tool_name, params and tool_use_id; a failure has `error` and
-# `failed`; cwd and transcript_path are None when the runtime gave none.
-Hook = namedtuple(
-    "Hook",
-    "runtime event kind session_id cwd transcript_path tool_name params tool_use_id result error failed",
-    defaults=(None, None, None, None, None, None, None, False),
-)
+class Hook:
+    """One hook's input, read: `kind` is CALL, RESULT, FAILURE, COMPACTION or END; a call
+    and a result have tool_name, params and tool_use_id; a failure has `error` and
+    `failed`; cwd and transcript_path are None when the runtime gave none."""
+
+    __slots__ = (
+        "runtime",
+        "event",
+        "kind",
+        "session_id",
+        "cwd",
+        "transcript_path",
+        "tool_name",
+        "params",
+        "tool_use_id",
+        "result",
+        "error",
+        "failed",
+    )
+
+    def __init__(
+        self,
+        runtime: str,
+        event: str,
+        kind: str,
+        session_id: str,
+        cwd: str | None = None,
+        transcript_path: str | None = None,
+        tool_name: str | None = None,
+        params: object = None,
+        tool_use_id: str | None = None,
+        result: object = None,
+        error: object = None,
+        failed: bool = False,
+    ) -> None:
+        self.runtime, self.event, self.kind, self.session_id = runtime, event, kind, session_id
+        self.cwd, self.transcript_path, self.tool_name, self.params = cwd, transcript_path, tool_name, params
+        self.tool_use_id, self.result, self.error, self.failed = tool_use_id, result, error, failed
 
 
 def endpoint(runtime: str, event: str) -> tuple[Runtime, str]:

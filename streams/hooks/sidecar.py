@@ -196,8 +196,7 @@ class Sidecar:
         return name or None
 
     async def _usage(self, hook: Hook, agent: str | None) -> None:
-        report = getattr(self.client, "usage", None)  # GatewayClient.usage came with run budgets
-        if report is None or not hook.transcript_path:
+        if not hook.transcript_path:
             return
         key = (hook.runtime, hook.session_id)
         tail = self._tails.get(key)
@@ -205,7 +204,7 @@ class Sidecar:
             tail = Tail(hook.runtime, hook.transcript_path)
             _keep(self._tails, key, tail)
         for call in tail.read():
-            await report(
+            await self.client.usage(
                 hook.session_id,
                 input_tokens=call.input_tokens,
                 output_tokens=call.output_tokens,
