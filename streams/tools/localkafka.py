@@ -33,7 +33,9 @@ from ..gateway.errors import BrokerError
 KAFKA_VERSION = "4.0.2"
 ROOT = Path(__file__).resolve().parents[2]
 POM = ROOT / "scripts" / "kafka-pom.xml"
-DEFAULT_HEAP = "384m"
+# A whole test run makes about 10,000 partitions (every test its own prefix, every prefix
+# its topics, changelogs and the fleet's); with 384 MB the broker ran out of heap there.
+DEFAULT_HEAP = "768m"
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 SCRAM_ITERATIONS = 8192
 # Everything `start` writes in its folder; a fresh start removes these and nothing else.

@@ -80,14 +80,10 @@ def create_app(
     metrics = Metrics()
     app = _faust_app(settings)
     events = app.topic(settings.events_topic, partitions=settings.partitions, **RAW)
-    # The run states. Faust owns the table: its store, its changelog topic (compacted,
-    # keyed by run_id), recovery on assignment. The store holds RunState objects written
-    # by the agent, or the bytes Faust put there when it recovered a key from the
-    # changelog; the batch loop's RunStore writes the touched runs' encoded states to the
-    # changelog itself, in explicit produce batches (see run_store.py).
-    runs = app.Table(
-        "runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions, use_partitioner=True
-    )
+    # The run states: a dict of the worker's own, which the batch loop's RunStore writes to
+    # the changelog and reads back when it takes a partition over (run_store.py,
+    # recovery.py). No Faust table: Faust's recovery is not on the path.
+    runs: dict[bytes, Any] = {}
     inbox: list = []  # the agent's channel, once its stream has started
 
     def crash(exc: BaseException) -> None:
@@ -107,10 +103,10 @@ def create_app(
         settings,
         config,
         metrics,
-        lambda: runs.data,
+        lambda: runs,
         lambda: sum(_lags(app, settings, batches).values()),
         lambda: app.should_stop or app.rebalancing,
-        runs.changelog_topic.get_topic_name(),
+        settings.changelog_topic,
         crash,
         partition_of=lambda key: (murmur2(key) & 0x7FFFFFFF) % settings.partitions,
         tombstone_delay=2 * app.conf.broker_commit_interval + settings.flush_interval_ms / 1000.0,

@@ -33,6 +33,7 @@ from ..gateway.settings import Settings
 from . import fleet as fleet_out
 from .metrics import Metrics
 from .producer import BatchProducer, OutRecord
+from .recovery import Gate, Recovery
 from .run_store import RunStore
 from .tracing import from_env as tracer_from_env
 
@@ -170,6 +171,8 @@ class BatchLoop(Service):
         self.publisher = BatchProducer(settings.kafka_kwargs())  # decisions and dead letters
         self.states = BatchProducer(settings.kafka_kwargs())  # changelog records: a connection of their own
         self.runs = RunStore(store, changelog_topic, self.states, partition_of, config.idle_timeout_ms, tombstone_delay)
+        self.recovery = Recovery(settings, self.runs, metrics, self._release)  # loads partitions' states
+        self.gate = Gate(self.recovery)  # holds the events of partitions not loaded yet
         self.interval = settings.flush_interval_ms / 1000.0
         self.progress: dict[int, int] = {}  # partition -> last offset folded
         self.folded_at: dict[int, float] = {}  # partition -> when an event of it was last folded
@@ -189,22 +192,33 @@ class BatchLoop(Service):
         # Health (app.py's /health reads these).
         self.failed: BaseException | None = None  # output could not be published: the worker stops
         self.last_fold = time.monotonic()  # when a batch was last folded
-        self.broker_ok = True  # the last probe of the broker (every 2 s) got an answer
-        self.broker_checked = time.monotonic()
 
     async def add(self, event: Any) -> None:
         """Pass an event on; waits only when far more than a batch is waiting."""
         if self.failed is not None or self.should_stop:
             return  # never acknowledged: the partition's next owner folds it
+        arrival = time.time() if self.trace is not None else None
+        if not self.gate.admit(event, arrival):
+            return  # its partition's states are being loaded: folded once they are
         self._waiting.append(event)
-        if self.trace is not None:
-            self._arrivals.append(time.time())
+        if arrival is not None:
+            self._arrivals.append(arrival)
         self._arrived.set()
         if len(self._waiting) >= self.settings.batch_max:
             self._full.set()
         if len(self._waiting) >= 4 * self.settings.batch_max:
             self._room.clear()
             await self._room.wait()
+
+    def _release(self) -> None:
+        """A partition's states are loaded: its held events go first (they came before
+        any of its events now waiting, which were held too)."""
+        items = self.gate.release()
+        if items:
+            self._waiting[:0] = [e for e, _ in items]
+            if self.trace is not None:
+                self._arrivals[:0] = [a or time.time() for _, a in items]
+            self._arrived.set()
 
     async def on_start(self) -> None:
         await self.publisher.start()
@@ -223,6 +237,7 @@ class BatchLoop(Service):
                     await asyncio.wait_for(producer.stop(), 5.0)
                 except Exception as exc:
                     log.warning("a producer did not stop cleanly: %r", exc)
+            await self.recovery.stop()
             if self.trace is not None:
                 self.trace.close()
 
@@ -250,19 +265,9 @@ class BatchLoop(Service):
         log.warning("config switched: %s -> %s", old or "defaults", config_id or "defaults")
 
     def idle(self) -> bool:
-        """No event is waiting to be folded, and no batch is being folded."""
-        return not self._waiting and not self.handling and self.failed is None
-
-    def stalled(self, after: float = 30.0) -> bool:
-        """Events are waiting in Kafka but none was folded for `after` seconds."""
-        return self.lag() > 0 and time.monotonic() - self.last_fold > after
-
-    @Service.timer(2.0)
-    async def _probe_broker(self) -> None:
-        # During a broker outage the consumer only logs its errors, and /health must say so.
-        ok = await self.publisher.probe()
-        if ok is not None:
-            self.broker_ok, self.broker_checked = ok, time.monotonic()
+        """No event is waiting to be folded (or held while its partition's states load),
+        and no batch is being folded."""
+        return not self._waiting and not self.gate.count and not self.handling and self.failed is None
 
     @Service.task
     async def _fold_loop(self) -> None:

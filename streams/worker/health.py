@@ -1,13 +1,16 @@
 """Health and readiness: one answer, `status()`, and the `/health` page that serves it.
 
 `ok` (200) only when the worker is deciding: not crashed, not stopping, its broker
-answering, events that wait in Kafka being folded, and partitions assigned with no
-rebalance under way. Anything else is 503 with the first that applies: `crashed`,
-`stopping`, `broker_unreachable`, `not_consuming`, `rebalancing`.
+answering, every assigned partition's run states loaded (recovery.py), events that
+wait in Kafka being folded, and partitions assigned with no rebalance under way.
+Anything else is 503 with the first that applies: `crashed`, `stopping`,
+`broker_unreachable`, `recovering` (with the partitions and the records left to read),
+`not_consuming`, `rebalancing`.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from . import faust_compat, watchdog
@@ -20,6 +23,14 @@ class Health:
         self.batches = batches
         self.events_topic = events_topic
         self.config_follows = config_follows
+        self.broker_ok = True  # the last probe of the broker (every 2 s) got an answer
+
+    async def probe(self) -> None:
+        """A metadata request over the decisions producer's connections: during a broker
+        outage the consumer only logs its errors, and /health must say so."""
+        ok = await self.batches.publisher.probe()
+        if ok is not None:
+            self.broker_ok = ok
 
     def status(self) -> str:
         app, batches = self.app, self.batches
@@ -27,13 +38,22 @@ class Health:
             return "crashed"
         if app.should_stop or watchdog.armed():
             return "stopping"
-        if not batches.broker_ok:
+        if not self.broker_ok:
             return "broker_unreachable"
-        if batches.stalled():
-            return "not_consuming"
-        if app.rebalancing or not app.consumer.assignment():
+        if batches.recovery.recovering():
+            return "recovering"
+        try:
+            if self.stalled():
+                return "not_consuming"
+            if app.rebalancing or not app.consumer.assignment():
+                return "rebalancing"
+        except Exception:  # Faust's consumer is not started yet: no assignment either
             return "rebalancing"
         return "ok"
+
+    def stalled(self, after: float = 30.0) -> bool:
+        """Events are waiting in Kafka but none was folded for `after` seconds."""
+        return self.batches.lag() > 0 and time.monotonic() - self.batches.last_fold > after
 
     def report(self) -> dict[str, Any]:
         """What /health answers: the status, the events partitions owned and held paused,
@@ -57,6 +77,8 @@ class Health:
             "flow_control": flowing,
             "config": self.batches.config_id,
             "config_follows": self.config_follows,
+            "recovering": sorted(self.batches.recovery.loading),
+            "records_left": self.batches.recovery.records_left,
         }
 
     def install(self, app: Any) -> None:
@@ -66,3 +88,7 @@ class Health:
         async def health(web: Any, request: Any) -> Any:
             body = self.report()
             return web.json(body, status=200 if body["status"] == "ok" else 503)
+
+        @app.timer(interval=2.0)
+        async def probe_broker() -> None:
+            await self.probe()

@@ -59,6 +59,19 @@ class Metrics:
         self.flushed_states = Counter(
             "loopwarden_state_records", "Run-state records written to the changelog", registry=r
         )
+        self.partitions_loaded = Counter(
+            "loopwarden_partitions_loaded",
+            "Events partitions whose run states were read from the changelog",
+            registry=r,
+        )
+        self.partitions_kept = Counter(
+            "loopwarden_partitions_kept",
+            "Events partitions kept across a rebalance with their run states in memory (not read again)",
+            registry=r,
+        )
+        self.states_loaded = Counter(
+            "loopwarden_states_loaded", "Run states read from the changelog when taking partitions over", registry=r
+        )
         self.fleet_records = Gauge(
             "loopwarden_fleet_signals", "Stop orders and breakers received from the fleet topic", registry=r
         )

@@ -2,7 +2,9 @@
 
 On revocation the batch loop forgets the progress of the events partitions it lost (a
 later owner folds from the group's committed offset) and the delivery watch stops
-watching them; on assignment the watch starts timing the new ones. The delivery watch
+watching them; on assignment the watch starts timing the new ones, and the run store
+keeps the states of the partitions it still owns, drops the others' and loads the new
+ones' from the changelog (recovery.py). The delivery watch
 itself (delivery.py) runs here too: it reads again events Faust fetched but lost.
 """
 
@@ -47,6 +49,9 @@ def install(app: Any, settings: Settings, batches: BatchLoop, metrics: Metrics, 
     @app.on_partitions_assigned.connect
     async def note_assignment(sender: Any, assigned: Any, **kwargs: Any) -> None:
         watch.assigned([tp.partition for tp in assigned if tp.topic == topic])
+        # The whole assignment, not only what this call names: partitions kept from the
+        # last one keep their states, new ones are loaded, lost ones dropped.
+        batches.recovery.assigned(tp.partition for tp in app.consumer.assignment() if tp.topic == topic)
 
     @app.task
     async def reread_lost_events() -> None:

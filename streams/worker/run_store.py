@@ -1,9 +1,10 @@
 """The worker's run states: one class that loads, stages and stores them.
 
-Faust owns the `runs` table: its in-memory store, its changelog topic (compacted, keyed
-by run id, one partition per events partition) and, on every assignment, the recovery
-that reads the changelog back into the store. `RunStore` takes over the table's other
-duties, for speed:
+The run states live in a dict of the worker's own, and on a changelog topic (compacted,
+keyed by run id, one partition per events partition, `<app id>-runs-changelog`: the name
+Faust gave it while a Faust table held the runs, so existing deployments keep their
+states). Faust has no table for them any more: `RunStore` does what a table did, and
+recovery.py reads the changelog back when the worker takes a partition over:
 
 - **Writes.** Faust produces one changelog record per `table[key] = value`, one
   `send` at a time (tens of microseconds each) and for every write, however often a
@@ -11,8 +12,8 @@ duties, for speed:
   explicit produce batches of a producer of its own (a flush went from 100-230 ms to
   15-40 ms). The record goes to the partition of the run's events, with no
   partitioner to run.
-- **Reads after recovery.** Recovery puts the changelog's raw bytes in the store; a
-  RunState the fold wrote is stored as the object. `load` takes either.
+- **Reads after recovery.** Recovery puts the changelog's raw bytes in the store
+  (`adopt`); a RunState the fold wrote is stored as the object. `load` takes either.
 - **Ended runs.** A run that ended is kept as an ended record (`ENDED`, then the
   offset of its `run_end`, then the state just before it), and deleted by a tombstone
   only once Faust has surely committed the `run_end` (`tombstone_delay` after the
@@ -156,6 +157,33 @@ class RunStore:
         for part, offset in offsets.items():
             if offset > newest.get(part, -1):
                 newest[part] = offset
+
+    # -- recovery's side (recovery.py) ------------------------------------------------
+
+    def adopt(self, records: dict[bytes, bytes]) -> int:
+        """The states read back from the changelog for a partition this worker takes
+        over, as their encoded bytes (decoded when their run's next event comes). A run
+        this worker has touched since is newer than its record and stays. Returns how
+        many were taken."""
+        store = self.data()
+        n = 0
+        for key, value in records.items():
+            if key not in store and key not in self._staged:
+                store[key] = value
+                n += 1
+        return n
+
+    def drop_partitions(self, partitions: set[int]) -> int:
+        """Forget the states of partitions this worker no longer owns (their next owner
+        reads them from the changelog); what is staged for them is still written."""
+        store = self.data()
+        gone = [k for k in store if self.partition_of(k) in partitions]
+        for key in gone:
+            del store[key]
+        return len(gone)
+
+    def __len__(self) -> int:
+        return len(self.data())
 
     # -- the flush's side -----------------------------------------------------------
 

@@ -140,6 +140,36 @@ def consume(bootstrap: str, topic: str, want: int, timeout: float = 60, settle: 
     return asyncio.run(_consume(bootstrap, topic, want, timeout, settle))
 
 
+def distinct(msgs) -> list:
+    """Messages of the decisions topic, a decision's repeats (by event_id) dropped: a
+    worker may publish a decision again (an event folded twice after a rebalance or a
+    re-read is answered identically, and gateways keep the first), so a repeat must be
+    identical to the first."""
+    seen: dict[str, bytes] = {}
+    out = []
+    for m in msgs:
+        eid = json.loads(m.value)["event_id"]
+        first = seen.setdefault(eid, m.value)
+        if first is m.value:
+            out.append(m)
+        else:
+            assert json.loads(first) == json.loads(m.value), f"two different decisions for {eid}"
+    return out
+
+
+def consume_distinct(bootstrap: str, topic: str, want: int, timeout: float = 60, settle: float = 1.0) -> list:
+    """Every distinct decision of the topic (see `distinct`) once `want` of them arrived
+    or time ran out."""
+    deadline = time.monotonic() + timeout
+    n = want
+    while True:
+        msgs = consume(bootstrap, topic, n, timeout=max(1.0, deadline - time.monotonic()), settle=settle)
+        got = distinct(msgs)
+        if len(got) >= want or time.monotonic() >= deadline:
+            return got
+        n = len(msgs) + want - len(got)
+
+
 def decisions_by_partition(msgs) -> dict[int, list[dict]]:
     out: dict[int, list[dict]] = {}
     for m in sorted(msgs, key=lambda m: (m.partition, m.offset)):
