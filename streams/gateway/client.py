@@ -174,51 +174,15 @@ class GatewayClient:
         self._reader: asyncio.Task | None = None
 
     async def __aenter__(self) -> GatewayClient:
-        s = self.settings
-        if "SASL" in s.security_protocol and (s.sasl_username is None or s.sasl_password is None):
-            raise SettingsError(f"security protocol {s.security_protocol} needs sasl_username and sasl_password")
         try:
-            kw = s.kafka_kwargs()
-        except OSError as exc:  # ssl.SSLError is one too: an unreadable or malformed CA file
-            raise SettingsError(f"cannot load the TLS files (ssl_cafile {s.ssl_cafile}): {exc}") from None
-        try:
-            self._producer = AIOKafkaProducer(
-                acks="all", enable_idempotence=True, linger_ms=0, max_request_size=self.max_request_size, **kw
+            self._producer, self._consumer, self.partition = await connect(
+                self.settings, self.gateway_id, self.max_request_size
             )
-            self._consumer = AIOKafkaConsumer(
-                enable_auto_commit=False, auto_offset_reset="latest", fetch_max_wait_ms=100, **kw
-            )
-        except ValueError as exc:  # aiokafka's check of the protocol and SASL mechanism
-            self._producer = self._consumer = None
-            raise SettingsError(f"cannot connect with these settings: {exc}") from None
-        try:
-            # aiokafka logs why each connection attempt failed and raises only "Unable to
-            # bootstrap"; connect_errors collects what it logged so the cause can be named.
-            with connect_errors() as seen:
-                try:
-                    await self._producer.start()
-                    await self._consumer.start()
-                except KafkaError as exc:
-                    raise broker_error(exc, s, seen) from None
-            try:
-                await self._subscribe()
-            except KafkaError as exc:
-                raise broker_error(exc, s) from None
         except BaseException:
             await self.__aexit__()
             raise
         self._reader = asyncio.create_task(self._read(), name=f"loopwarden-decisions-{self.gateway_id}")
         return self
-
-    async def _subscribe(self) -> None:
-        assert self._consumer is not None
-        s = self.settings
-        parts = await self._partitions(s.decisions_topic)
-        tp = TopicPartition(s.decisions_topic, partition_for(self.gateway_id, parts))
-        self.partition = tp.partition
-        self._consumer.assign([tp])
-        await self._consumer.seek_to_end(tp)
-        await self._consumer.position(tp)  # resolve now: nothing sent after this is missed
 
     async def __aexit__(self, *exc: Any) -> None:
         if self._reader:
@@ -236,16 +200,6 @@ class GatewayClient:
         if self._producer:
             await self._producer.stop()
             self._producer = None
-
-    async def _partitions(self, topic: str) -> int:
-        assert self._consumer is not None
-        for _ in range(50):
-            parts = self._consumer.partitions_for_topic(topic)
-            if parts:
-                return len(parts)
-            await self._consumer._client.force_metadata_update()
-            await asyncio.sleep(0.1)
-        raise LoopwardenError(f"topic {topic} does not exist; run `loopwarden topics create` first")
 
     async def _read(self) -> None:
         assert self._consumer is not None
@@ -300,43 +254,8 @@ class GatewayClient:
         }
 
     def _encode(self, ev: Any) -> tuple[bytes, bytes]:
-        """The event's key and value as they will be produced. Raises EventTooLarge when
-        the value is larger than the worker's max event size or the record larger than
-        one produce request may be, before anything is sent."""
-        if self.privacy:
-            ev = fingerprint(ev)
-        key = ev.run_id.encode()
-        value = encode(ev)
-        size = len(value)
-        record = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, [])  # what aiokafka checks
-        fits = self.max_request_size - (record - size)  # the largest value a request can take with this key
-        worker = self.settings.max_event_bytes
-        if size > worker or size > fits:
-            if size > worker:
-                limit, why = worker, "the worker's max event size (max_event_bytes), above which it dead-letters events"
-            else:
-                limit, why = (
-                    fits,
-                    (
-                        f"what one produce request (max_request_size {self.max_request_size} bytes) can "
-                        "carry beside the key and record headers"
-                    ),
-                )
-            tool = getattr(ev, "tool_name", None)
-            what = f"{ev.__struct_config__.tag} event of run {ev.run_id!r}" + (f" for tool {tool!r}" if tool else "")
-            hint = (
-                "; turn privacy mode on (privacy=True) to send hashes instead of the raw params and results"
-                if not self.privacy
-                else "; its ids are too long even in privacy mode"
-            )
-            raise EventTooLarge(
-                f"{what} is {size} bytes encoded, over the limit of {limit} bytes: {why}; nothing was sent{hint}",
-                run_id=ev.run_id,
-                tool_name=tool,
-                size=size,
-                limit=limit,
-            )
-        return key, value
+        """The event's key and value as they will be produced (see `encode_event`)."""
+        return encode_event(ev, self.privacy, self.max_request_size, self.settings.max_event_bytes)
 
     async def _send(self, key: bytes, value: bytes) -> None:
         assert self._producer is not None, "use GatewayClient as `async with`"
@@ -376,37 +295,7 @@ class GatewayClient:
             self._waiting.pop((run_id, ev.seq), None)
 
     def _fallback(self, ev: ToolCall) -> Decision:
-        """The timeout policy's decision; a run known to be in shadow is allowed whatever
-        the policy (its action as `shadow_action`), as the worker would have allowed it."""
-        closed = self.policy == FAIL_CLOSED
-        shadow = ev.run_id in self._shadow
-        policy_action = "block" if closed else "allow"
-        d = Decision(
-            run_id=ev.run_id,
-            seq=ev.seq,
-            gateway_id=ev.gateway_id,
-            agent_id=ev.agent_id,
-            tool_call_id=ev.tool_call_id,
-            tool_name=ev.tool_name,
-            ts=ev.ts,
-            event_id=f"{ev.run_id}:{ev.seq}",
-            action="allow" if shadow else policy_action,
-            level="none",
-            detector=None,
-            count=None,
-            message=f"loopwarden gave no decision within {self.timeout_s:g}s; "
-            + ("blocked (fail-closed)" if closed else "allowed (fail-open)"),
-            warning_key=None,
-            paired_tool_name=None,
-            args_hash=None,
-            config_hash="",
-            enforced=not shadow,
-            shadow_action=policy_action if shadow else None,
-            degraded=True,
-        )
-        if shadow:
-            log_shadow(d)
-        return d
+        return fallback_decision(ev, self.policy, self.timeout_s, shadow=ev.run_id in self._shadow)
 
     async def result(
         self,
@@ -468,6 +357,131 @@ class GatewayClient:
         await self._send(*self._encode(RunEnd(**self._head(run_id))))
         self.aborted.pop(run_id, None)
         self._shadow.pop(run_id, None)
+
+
+async def connect(s: Settings, gateway_id: str, max_request_size: int) -> tuple[Any, Any, int]:
+    """A started producer of events and a started consumer of the gateway's own partition
+    of the decisions topic, at its end: (producer, consumer, partition). Failures are
+    SettingsError or BrokerError naming the cause; whatever was started is stopped."""
+    if "SASL" in s.security_protocol and (s.sasl_username is None or s.sasl_password is None):
+        raise SettingsError(f"security protocol {s.security_protocol} needs sasl_username and sasl_password")
+    try:
+        kw = s.kafka_kwargs()
+    except OSError as exc:  # ssl.SSLError is one too: an unreadable or malformed CA file
+        raise SettingsError(f"cannot load the TLS files (ssl_cafile {s.ssl_cafile}): {exc}") from None
+    try:
+        producer = AIOKafkaProducer(
+            acks="all", enable_idempotence=True, linger_ms=0, max_request_size=max_request_size, **kw
+        )
+        consumer = AIOKafkaConsumer(enable_auto_commit=False, auto_offset_reset="latest", fetch_max_wait_ms=100, **kw)
+    except ValueError as exc:  # aiokafka's check of the protocol and SASL mechanism
+        raise SettingsError(f"cannot connect with these settings: {exc}") from None
+    try:
+        # aiokafka logs why each connection attempt failed and raises only "Unable to
+        # bootstrap"; connect_errors collects what it logged so the cause can be named.
+        with connect_errors() as seen:
+            try:
+                await producer.start()
+                await consumer.start()
+            except KafkaError as exc:
+                raise broker_error(exc, s, seen) from None
+        try:
+            tp = TopicPartition(s.decisions_topic, partition_for(gateway_id, await _partitions(consumer, s)))
+            consumer.assign([tp])
+            await consumer.seek_to_end(tp)
+            await consumer.position(tp)  # resolve now: nothing sent after this is missed
+        except KafkaError as exc:
+            raise broker_error(exc, s) from None
+    except BaseException:
+        await consumer.stop()
+        await producer.stop()
+        raise
+    return producer, consumer, tp.partition
+
+
+async def _partitions(consumer: Any, s: Settings) -> int:
+    topic = s.decisions_topic
+    for _ in range(50):
+        parts = consumer.partitions_for_topic(topic)
+        if parts:
+            return len(parts)
+        await consumer._client.force_metadata_update()
+        await asyncio.sleep(0.1)
+    raise LoopwardenError(f"topic {topic} does not exist; run `loopwarden topics create` first")
+
+
+def encode_event(ev: Any, privacy: bool, max_request_size: int, max_event_bytes: int) -> tuple[bytes, bytes]:
+    """An event's key and value as a client produces them (privacy mode: its hashes).
+    Raises EventTooLarge when the value is larger than the worker's max event size or the
+    record larger than one produce request may be, before anything is sent."""
+    if privacy:
+        ev = fingerprint(ev)
+    key = ev.run_id.encode()
+    value = encode(ev)
+    size = len(value)
+    record = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, [])  # what aiokafka checks
+    fits = max_request_size - (record - size)  # the largest value a request can take with this key
+    if size <= max_event_bytes and size <= fits:
+        return key, value
+    if size > max_event_bytes:
+        limit, why = (
+            max_event_bytes,
+            "the worker's max event size (max_event_bytes), above which it dead-letters events",
+        )
+    else:
+        limit = fits
+        why = (
+            f"what one produce request (max_request_size {max_request_size} bytes) can "
+            "carry beside the key and record headers"
+        )
+    tool = getattr(ev, "tool_name", None)
+    what = f"{ev.__struct_config__.tag} event of run {ev.run_id!r}" + (f" for tool {tool!r}" if tool else "")
+    hint = (
+        "; turn privacy mode on (privacy=True) to send hashes instead of the raw params and results"
+        if not privacy
+        else "; its ids are too long even in privacy mode"
+    )
+    raise EventTooLarge(
+        f"{what} is {size} bytes encoded, over the limit of {limit} bytes: {why}; nothing was sent{hint}",
+        run_id=ev.run_id,
+        tool_name=tool,
+        size=size,
+        limit=limit,
+    )
+
+
+def fallback_decision(ev: ToolCall, policy: str, timeout_s: float, shadow: bool) -> Decision:
+    """The timeout policy's decision for a call no decision came for; a run known to be
+    in shadow is allowed whatever the policy (its action as `shadow_action`), as the
+    worker would have allowed it."""
+    closed = policy == FAIL_CLOSED
+    policy_action = "block" if closed else "allow"
+    d = Decision(
+        run_id=ev.run_id,
+        seq=ev.seq,
+        gateway_id=ev.gateway_id,
+        agent_id=ev.agent_id,
+        tool_call_id=ev.tool_call_id,
+        tool_name=ev.tool_name,
+        ts=ev.ts,
+        event_id=f"{ev.run_id}:{ev.seq}",
+        action="allow" if shadow else policy_action,
+        level="none",
+        detector=None,
+        count=None,
+        message=f"loopwarden gave no decision within {timeout_s:g}s; "
+        + ("blocked (fail-closed)" if closed else "allowed (fail-open)"),
+        warning_key=None,
+        paired_tool_name=None,
+        args_hash=None,
+        config_hash="",
+        enforced=not shadow,
+        shadow_action=policy_action if shadow else None,
+        degraded=True,
+    )
+    if shadow:
+        log_shadow(d)
+    return d
 
 
 def usage_amounts(
