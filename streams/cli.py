@@ -29,6 +29,12 @@ from detectors.errors import LoopwardenError
 
 from .gateway import settings as settings_mod
 
+CONFIG_FIELDS = (
+    "OpenClaw's tools.loopDetection (global and per agent under agents.list) and loopwarden's own block: "
+    "loopwarden.runIdleTimeoutMs, loopwarden.budgets.{runTokens,runCostUsd,runToolCalls} and loopwarden.enforce "
+    "(global or per agent), loopwarden.holdoutPercent, loopwarden.fleet.toolBreaker.{enabled,minRuns,windowMs,"
+    "coolDownMs} (README, Config)"
+)
 DEFAULT_LOOKBACK = "24h"  # the default run idle timeout (semantics.md section 7)
 DEFAULT_GRACE = "5m"
 
@@ -331,7 +337,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(line number and reason) and skipped; the exit code is 3 when any were (see `loopwarden --help` for "
         "every exit code).",
     )
-    r.add_argument("--config", metavar="FILE", help="detection config, JSON or JSON5 (default: built-in defaults)")
+    r.add_argument(
+        "--config",
+        metavar="FILE",
+        help="detection config, JSON or JSON5 (default: built-in defaults); " + CONFIG_FIELDS,
+    )
     r.add_argument("--input", "-i", default="-", metavar="EVENTS.jsonl", help="events to replay; - for stdin (default)")
     r.add_argument(
         "--output", "-o", default="-", metavar="DECISIONS.jsonl", help="where decisions go; - for stdout (default)"
@@ -358,7 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
         "table, publish decisions keyed by gateway_id. Metrics at /metrics, health at /health.",
     )
     _worker_flags(w)
-    w.add_argument("--config", help="detection config file, JSON or JSON5")
+    w.add_argument(
+        "--config", help="detection config file, JSON or JSON5 (default: follow the config topic); " + CONFIG_FIELDS
+    )
     w.add_argument("--web-port", type=int, help="port of /metrics and /health (default 6066)")
     w.add_argument("--web-host", help="address of /metrics and /health (default 127.0.0.1)")
     w.add_argument("--data-dir", help="Faust's working folder (default .loopwarden-data)")
