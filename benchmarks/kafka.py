@@ -421,17 +421,24 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def worker_throughput(
-    bootstrap: str, lines: list[bytes], calls: int, tmp: Path, n_workers: int, broker_pid: int | None
+    bootstrap: str,
+    lines: list[bytes],
+    calls: int,
+    tmp: Path,
+    n_workers: int,
+    broker_pid: int | None,
+    tree: Path | None = None,
 ) -> dict:
     """Start the workers on empty topics, let the group settle, then publish the events
-    at once and time the decisions; also the CPU each process used meanwhile."""
+    at once and time the decisions; also the CPU each process used meanwhile. `tree`: run
+    the workers from that directory (its `streams` package: the B side of an A/B)."""
     prefix = f"bench-tp{n_workers}-{uuid.uuid4().hex[:6]}."
     s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
     await create_topics(s)
     procs = []
     try:
         for i in range(n_workers):
-            procs.append(start_worker(bootstrap, prefix, tmp, f"tp{n_workers}-{i}")[0])
+            procs.append(start_worker(bootstrap, prefix, tmp, f"tp{n_workers}-{i}", tree=tree)[0])
         await asyncio.sleep(4)  # the group settles with every member
         cpu0 = [cpu_seconds(p.pid) for p in procs] + [cpu_seconds(broker_pid) if broker_pid else 0.0]
         t0 = time.time()
@@ -477,7 +484,9 @@ async def noop_throughput(bootstrap: str, lines: list[bytes], tmp: Path) -> floa
         end(p)
 
 
-async def throughput(bootstrap: str, n: int, rounds: int, tmp: Path, broker_pid: int | None) -> dict:
+async def throughput(
+    bootstrap: str, n: int, rounds: int, tmp: Path, broker_pid: int | None, b_tree: Path | None = None
+) -> dict:
     """The headline figures use events in the form the client library sends by default
     (privacy mode: hashes, no payloads); `raw_events` repeats noop and one worker with
     raw params and results, which the worker hashes itself. Each round measures the
@@ -511,12 +520,16 @@ async def throughput(bootstrap: str, n: int, rounds: int, tmp: Path, broker_pid:
                 )
                 bares.append(round(n / bare["seconds"]))
             row["bare_events_per_s"] = max(bares)
-        noop, one, two, cpu1, cpu2 = [], [], [], [], []
+        noop, one, two, cpu1, cpu2, one_b = [], [], [], [], [], []
         for _ in range(rounds):
             noop.append(round(await noop_throughput(bootstrap, lines, tmp)))
             r1 = await worker_throughput(bootstrap, lines, calls, tmp, 1, broker_pid)
             one.append(r1.pop("events_per_s"))
             cpu1.append(r1)
+            if b_tree is not None and form == "privacy":  # the B worker, in the same round
+                one_b.append(
+                    (await worker_throughput(bootstrap, lines, calls, tmp, 1, broker_pid, b_tree))["events_per_s"]
+                )
             if form == "privacy":
                 r2 = await worker_throughput(bootstrap, lines, calls, tmp, 2, broker_pid)
                 two.append(r2.pop("events_per_s"))
@@ -525,6 +538,10 @@ async def throughput(bootstrap: str, n: int, rounds: int, tmp: Path, broker_pid:
         row["worker_events_per_s"] = round(median(one))
         row["throughput_ratio"] = round(median([w / z for w, z in zip(one, noop, strict=True)]), 2)
         row["rounds"] = {"noop_faust": noop, "worker": one}
+        if one_b:
+            row["worker_b_events_per_s"] = round(median(one_b))
+            row["worker_over_b"] = round(median([a / b for a, b in zip(one, one_b, strict=True)]), 3)
+            row["rounds"]["worker_b"] = one_b
         if form == "privacy":
             row["two_workers_events_per_s"] = round(median(two))
             row["bare_ratio"] = round(row["worker_events_per_s"] / row["bare_events_per_s"], 2)
@@ -693,7 +710,14 @@ async def main_async(args) -> dict:
             else {}
         )
         tp = (
-            await throughput(bootstrap, args.events, args.rounds, tmp, broker.pid if broker else None)
+            await throughput(
+                bootstrap,
+                args.events,
+                args.rounds,
+                tmp,
+                broker.pid if broker else None,
+                Path(args.b_tree) if args.b_tree else None,
+            )
             if args.events
             else {}
         )
