@@ -80,6 +80,7 @@ def fold(
     fleet: FleetView | None = None,
     breakers: ToolBreakerFold | None = None,
     opened: Callable[[Breaker], None] | None = None,
+    fleet_for: Callable[[Event], FleetView | None] | None = None,
 ) -> Iterator[Folded | SetAside]:
     """Fold messages over their runs' states: the one loop every reader runs.
 
@@ -106,7 +107,9 @@ def fold(
     `fleet` holds the stop orders and breakers calls are judged against (semantics.md
     section 9). With `breakers`, the tool breaker's rule runs over the failures folded
     here, in order, and each breaker it opens joins `fleet` (and is passed to `opened`):
-    offline replay opens breakers from its input this way.
+    offline replay opens breakers from its input this way. `fleet_for(event)`, when
+    given, names the view each event is judged against instead (an audit replays each
+    call with the fleet signal its recorded decision names).
     """
     if breakers is not None and fleet is None:
         fleet = FleetView()
@@ -147,7 +150,7 @@ def fold(
             # Folding it: apply, and each decision encoded for the wire. A decision that
             # cannot be encoded fails its event here, before its run's state moves on.
             try:
-                after, decisions = apply(before, ev, cfg, fleet)
+                after, decisions = apply(before, ev, cfg, fleet if fleet_for is None else fleet_for(ev))
                 encoded = list(map(_encode, decisions)) if decisions else []
                 if breakers is not None and type(ev) is ToolResult and after is not before:
                     b = _failure(breakers, ev)

@@ -254,3 +254,22 @@ def test_the_breaker_is_off_by_default_and_view_lookups_are_exact():
     assert view.breaker_for("t", None) is None
     order = StopOrder(id="s", run_id="r", from_ts=0, until_ts=None, reason="x")
     assert order.in_force(0) and order.in_force(10**12)
+
+
+def test_fleet_for_judges_each_event_against_its_own_view():
+    # An audit replays each call with the signal its recorded decision names: here the
+    # order is given to the second call only, so the first is allowed although in force.
+    from detectors import fold
+
+    order = decode_fleet_record(json.dumps(stop("o1", run_id="r")))
+    view = FleetView([order])
+    r = Run("r")
+    evs = [decode_event(json.dumps(e)) for e in (r.call("1", ts=T0 + 1), r.call("2", ts=T0 + 2))]
+    out = fold(
+        ((i, None, e) for i, e in enumerate(evs)),
+        DetectionConfig({}),
+        keyed=False,
+        fleet_for=lambda ev: view if ev.seq == 1 else None,
+    )
+    got = [(d.action, d.fleet_signal) for f in out for d in f.decisions]
+    assert got == [("allow", None), ("abort", "o1")]
