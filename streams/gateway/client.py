@@ -71,7 +71,7 @@ import logging
 import math
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -103,6 +103,7 @@ FAIL_OPEN = "fail-open"
 FAIL_CLOSED = "fail-closed"
 MAX_REQUEST_SIZE = 1 << 20  # the producer's max_request_size (aiokafka's and Kafka's default)
 _REMEMBERED_RUNS = 100_000  # runs whose abort or shadow mode the client keeps (those never ended)
+_V = TypeVar("_V")
 
 log = logging.getLogger("loopwarden.gateway")
 
@@ -161,7 +162,7 @@ class GatewayClient:
         self.agent_id = agent_id
         self.max_request_size = max_request_size
         self._last_seq = -1  # the last seq issued, for any run (see the module docstring)
-        self._waiting: dict[tuple[str, int], asyncio.Future] = {}
+        self._waiting: dict[tuple[str, int], asyncio.Future[Decision]] = {}
         self._seen: dict[str, None] = {}
         self.aborted: dict[str, Decision] = {}  # run_id -> the abort received for it (see the module docstring)
         self._shadow: dict[str, None] = {}  # runs a decision said are in shadow mode or held out
@@ -171,7 +172,7 @@ class GatewayClient:
         self.foreign = 0  # other gateways' decisions on the same partition, skipped
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
-        self._reader: asyncio.Task | None = None
+        self._reader: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> GatewayClient:
         try:
@@ -529,7 +530,7 @@ def log_shadow(d: Decision) -> None:
     )
 
 
-def _remember(table: dict, key: str, value: Any) -> None:
+def _remember(table: dict[str, _V], key: str, value: _V) -> None:
     """Keep `key` (most recent last), forgetting the oldest beyond _REMEMBERED_RUNS."""
     table.pop(key, None)
     table[key] = value

@@ -14,4 +14,5 @@ def partition_for(key: bytes, partitions: int) -> int:
     """The partition of `key` among `partitions` (murmur2 is pure Python, and the same
     gateway keys come back batch after batch, hence the cache). Run states carry their
     events' partition instead: a cache keyed by run would grow with every run."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+    h: int = murmur2(key)  # aiokafka ships no type information
+    return (h & 0x7FFFFFFF) % partitions

@@ -8,7 +8,7 @@ Only this module reads the environment.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -175,7 +175,7 @@ def _log_warning(path: str, warning: str) -> None:
     logging.getLogger("loopwarden.worker").warning("%s: %s", path, warning)
 
 
-def read_detection_config(path: str | None, warn=_log_warning) -> DetectionConfig:
+def read_detection_config(path: str | None, warn: Callable[[str, str], None] = _log_warning) -> DetectionConfig:
     """The detection config file (JSON or JSON5), or the defaults without one; each
     unusable field is passed to `warn` and falls back as semantics.md says."""
     if not path:

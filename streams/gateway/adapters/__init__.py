@@ -90,7 +90,7 @@ def stops_run(d: Decision) -> bool:
     """Whether a decision ends the agent run: an abort, or a fail-closed block given
     because the worker did not answer in time (every further call would wait for the
     timeout and be blocked too)."""
-    return d.action == "abort" or (d.action == "block" and d.degraded)
+    return d.action == "abort" or (d.action == "block" and bool(d.degraded))
 
 
 def text_of(output: Any) -> str:
@@ -107,7 +107,7 @@ def text_of(output: Any) -> str:
         return str(output)
 
 
-def as_result(output: Any, details: Any = None) -> dict:
+def as_result(output: Any, details: Any = None) -> dict[str, Any]:
     """A tool's output in the result shape the detectors read (semantics.md): its text as
     one text content block, and a JSON object the tool returned (or gave as `details`,
     e.g. a LangChain artifact) as `details`, so outcome digests see the same fields

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Annotated, Any, NotRequired
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 try:
     from langchain.agents.middleware.types import AgentMiddleware, AgentState, PrivateStateAttr
@@ -72,6 +72,9 @@ from detectors.wire import Decision
 from streams.gateway.client import GatewayClient
 
 from . import Prices, RunStopped, as_result, stops_run, text_of, with_warning
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
 
 RUN_KEY = "loopwarden_run_id"
 _MAX_TRACKED_RUNS = 10_000
@@ -212,7 +215,7 @@ class LoopwardenMiddleware(AgentMiddleware):
     # --- helpers ----------------------------------------------------------------------
 
     def _run_id(self, state: Any, runtime: Any) -> str:
-        run_id = _get(state, RUN_KEY)
+        run_id: str | None = _get(state, RUN_KEY)
         if run_id:
             return run_id
         info = getattr(runtime, "execution_info", None)
@@ -240,7 +243,7 @@ class LoopwardenMiddleware(AgentMiddleware):
         raise RunStopped(d)
 
 
-def _graph_config() -> dict:
+def _graph_config() -> RunnableConfig:
     """The config of the graph node running now (LangGraph's), or {} outside one."""
     try:
         return get_config()

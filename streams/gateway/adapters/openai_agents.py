@@ -56,7 +56,7 @@ import contextvars
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from agents import FunctionTool, ModelResponse, RunContextWrapper, RunHooks, Runner
@@ -79,6 +79,9 @@ from detectors.wire import Decision
 from streams.gateway.client import GatewayClient
 
 from . import Prices, RunStopped, as_result, params_of, stops_run, text_of, with_warning
+
+if TYPE_CHECKING:
+    from agents import TResponseInputItem
 
 _RUN: contextvars.ContextVar[str | None] = contextvars.ContextVar("loopwarden_run_id", default=None)
 
@@ -240,7 +243,7 @@ class _UsageHooks(RunHooks):
         self.inner = inner
 
     async def on_llm_start(
-        self, context: RunContextWrapper, agent: Any, system_prompt: str | None, input_items: list
+        self, context: RunContextWrapper, agent: Any, system_prompt: str | None, input_items: list[TResponseInputItem]
     ) -> None:
         if self.inner is not None:
             await self.inner.on_llm_start(context, agent, system_prompt, input_items)
