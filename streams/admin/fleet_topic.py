@@ -84,7 +84,9 @@ async def publish_records(settings: Settings, records: Iterable[FleetRecord]) ->
     from .topics import create_topics
 
     created = settings.fleet_topic in await create_topics(settings)
-    out = [(r.id.encode(), encode_fleet_record(r), []) for r in records]
+    out: list[tuple[bytes, bytes, list[tuple[str, bytes]]]] = [
+        (r.id.encode(), encode_fleet_record(r), []) for r in records
+    ]
     await compacted.publish(settings, settings.fleet_topic, out, quiet=created)
 
 
