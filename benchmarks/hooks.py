@@ -11,8 +11,9 @@ load average (the machine may be shared).
 Phases: --calls calls by `check` and --calls through the HTTP path, taking turns at
 --rate calls/s from one event loop; then the hook: while a thread keeps posting calls
 to the sidecar at --rate, --samples hook processes and as many bare interpreters are
-started one at a time, alternately, so both meet the same load. (Starting 50 interpreters a second is itself more than two
-cores can do: the hook's cost would drown in the queue for a CPU.)
+started one at a time, alternately, so both meet the same load. (Starting 50
+interpreters a second is itself more than two cores can do: the hook's cost would
+drown in the queue for a CPU.)
 
 Goals (issue 27): hook p50 at most 40 ms over the bare interpreter, p99 at most 100 ms
 over it; the HTTP path at most 2 ms over `check` at p99. The bootstrap defaults to
