@@ -1,12 +1,23 @@
-"""Every shared conformance scenario (v1, and v2's per-run sections: 210 run budgets, 230
-shadow mode), published through the TypeScript client (clients/openclaw) to a real broker
-and a real worker, gives the decisions offline replay gives, in privacy mode and in raw
-mode alike. Scenarios with the same config share a worker; run and gateway ids are tagged
-per mode and scenario so nothing collides. Holdout hashes the run id (semantics.md section
-10), so a scenario whose config sets `loopwarden.holdoutPercent` keeps its ids as written
-and gets topics and a worker of its own, per mode. Usage events go through the client's
-`publish` like every scenario event (their seq as written); a usage event that spends a
-budget is answered with its own abort decision, compared like the others."""
+"""Every shared conformance scenario (v1 and v2: 210 run budgets, 220 the fleet's tool
+breaker, 230 shadow mode, 240 stop orders), published through the TypeScript client
+(clients/openclaw) to a real broker and a real worker, gives the decisions offline replay
+gives, in privacy mode and in raw mode alike. Scenarios with the same config share a
+worker; run and gateway ids are tagged per mode and scenario so nothing collides.
+
+A scenario keeps its ids as written, with topics and a worker of its own per mode, when
+its config sets `loopwarden.holdoutPercent` (holdout hashes the run id, semantics.md
+section 10) or touches the fleet (section 9): a stop order names run, gateway or agent
+ids, and a breaker counts distinct runs across the whole fleet, so two scenarios or two
+modes sharing a worker would open each other's breakers. Its stop orders are published to
+its fleet topic before the worker starts; after each event whose failure opens a breaker
+offline, the TypeScript script waits until the worker holds that breaker (its /metrics
+`loopwarden_fleet_signals`) before sending the next, as the Kafka harness does
+(test_conformance_kafka.py). In privacy mode a failed result carries `failed: true`, what
+makes it a failure for the breaker once its error text is hashed away.
+
+Usage events go through the client's `publish` like every scenario event (their seq as
+written); a usage event that spends a budget is answered with its own abort decision,
+compared like the others."""
 
 from __future__ import annotations
 
@@ -16,9 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from detectors import DetectionConfig, decode_event, encode, replay
-from tests.conftest import V2_PER_RUN, scenario_files
-from tests.integration.harness import WorkerProcess, new_prefix, setup_topics
+from detectors import DetectionConfig
+from tests.conftest import V2_ALL, scenario_files
+from tests.integration.harness import WorkerProcess, new_prefix, produce, setup_topics
+from tests.integration.test_conformance_kafka import breaker_cuts, offline, wait_for_signals
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "clients" / "openclaw"
@@ -31,28 +43,29 @@ def holds_out(config: object) -> bool:
     return isinstance(block, dict) and "holdoutPercent" in block
 
 
+def on_its_own(sc: dict) -> bool:
+    """Whether a scenario needs its ids as written and a worker of its own: holdout, stop
+    orders or the tool breaker (see the module docstring)."""
+    return holds_out(sc["config"]) or bool(sc.get("fleet")) or DetectionConfig(sc["config"]).tool_breaker is not None
+
+
 def groups() -> list[tuple[list[Path], bool]]:
     """(scenarios, as_written): those sharing a config share a worker, their ids tagged;
-    a scenario setting holdoutPercent is a group of its own, its ids as written."""
+    a scenario with holdout or the fleet is a group of its own, its ids as written."""
     by_config: dict[str, list[Path]] = {}
     alone: list[list[Path]] = []
-    for path in scenario_files(V2_PER_RUN):
-        config = json.loads(path.read_text())["config"] if path.exists() else None
-        if holds_out(config):
+    for path in scenario_files(V2_ALL):
+        sc = json.loads(path.read_text()) if path.exists() else {"config": None}
+        if on_its_own(sc):
             alone.append([path])
         else:
-            by_config.setdefault(json.dumps(config, sort_keys=True), []).append(path)
+            by_config.setdefault(json.dumps(sc["config"], sort_keys=True), []).append(path)
     return [(paths, False) for paths in by_config.values()] + [(paths, True) for paths in alone]
 
 
 def group_id(group: tuple[list[Path], bool]) -> str:
     paths, as_written = group
     return "+".join(p.stem[:3] for p in paths) + ("-as-written" if as_written else "")
-
-
-def offline(sc: dict) -> list[dict]:
-    cfg = DetectionConfig(sc["config"])
-    return [json.loads(encode(d)) for d in replay([decode_event(json.dumps(e)) for e in sc["events"]], cfg)]
 
 
 def untag(d: dict, tag: str | None) -> tuple[int, dict]:
@@ -68,7 +81,9 @@ def untag(d: dict, tag: str | None) -> tuple[int, dict]:
     return int(index), out
 
 
-def node_client(bootstrap: str, prefix: str, mode: str, tag: str | None, paths: list[Path]) -> dict:
+def node_client(
+    bootstrap: str, prefix: str, mode: str, tag: str | None, paths: list[Path], w: WorkerProcess, pause: tuple[str, ...]
+) -> dict:
     if not NODE.exists():
         pytest.fail(f"{NODE} is missing: run `npm ci` in clients/openclaw (.ci/run does)")
     cmd = [
@@ -81,10 +96,11 @@ def node_client(bootstrap: str, prefix: str, mode: str, tag: str | None, paths: 
         "--mode",
         mode,
         *(["--as-written"] if tag is None else ["--tag", tag]),
+        *pause,
         *map(str, paths),
     ]
     out = subprocess.run(cmd, cwd=PLUGIN, capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0, out.stderr[-4000:]
+    assert out.returncode == 0, f"{out.stderr[-4000:]}\nthe worker's log:\n{w.tail()}"
     return json.loads(out.stdout)
 
 
@@ -100,13 +116,29 @@ def test_scenarios_through_the_typescript_client(group, bootstrap, tmp_path, wor
         for e, d in zip(sc["decisions"], exp, strict=True):
             assert {k: d.get(k, "(absent)") for k in e} == e, sc["name"]
 
+    # A group of its own (as_written) is one scenario: its stop orders and breaker cuts.
+    orders = scenarios[0].get("fleet", []) if as_written else []
+    cuts = breaker_cuts(scenarios[0]) if as_written else []
+
     def start_worker(name: str) -> tuple[str, WorkerProcess]:
         prefix = new_prefix()
-        setup_topics(bootstrap, prefix)
+        s = setup_topics(bootstrap, prefix)
+        if orders:  # published first, as an operator would before the calls
+            produce(bootstrap, s.fleet_topic, [(r["id"].encode(), json.dumps(r).encode()) for r in orders])
         w = WorkerProcess(bootstrap, prefix, scenarios[0]["config"], tmp_path, name=name)
         workers.append(w)
         w.start()
+        wait_for_signals(w, len({r["id"] for r in orders}))
         return prefix, w
+
+    def pause(w: WorkerProcess) -> tuple[str, ...]:
+        """The script's flags to wait, after each event that opens a breaker, until the
+        worker holds it (its fleet signals: the orders, then one more per breaker)."""
+        if not cuts:
+            return ()
+        at = ",".join(map(str, cuts))
+        held = str(len({r["id"] for r in orders}))
+        return ("--cuts", at, "--signals", held, "--metrics", f"http://127.0.0.1:{w.port}/metrics")
 
     shared = None if as_written else start_worker("w")
     decided = {}
@@ -114,11 +146,14 @@ def test_scenarios_through_the_typescript_client(group, bootstrap, tmp_path, wor
         # ids as written: the same run ids in both modes, so each mode has topics of its own
         prefix, w = shared or start_worker(mode)
         tag = None if as_written else mode[0]
-        got = node_client(bootstrap, prefix, mode, tag, paths)
-        for ev in got["sent"]:
+        got = node_client(bootstrap, prefix, mode, tag, paths, w, pause(w))
+        written = [e for sc in scenarios for e in sc["events"]]
+        for e, ev in zip(written, got["sent"], strict=True):
             if ev["type"] in ("tool_call", "tool_result"):
                 raw_fields = {"params", "result", "error"} & ev.keys()
                 assert not raw_fields if mode == "privacy" else "args_hash" not in ev, (mode, ev)
+            if mode == "privacy" and ev["type"] == "tool_result":  # the breaker's failure, its error hashed away
+                assert ev.get("failed", False) == ("error" in e or e.get("failed") is True), (e, ev)
         per_scenario: list[list[dict]] = [[] for _ in scenarios]
         for d in got["decisions"]:
             i, d = untag(d, tag)

@@ -4,14 +4,21 @@
 // and compares the decisions with the expected ones.
 //
 //   node scripts/conformance.ts --bootstrap HOST:PORT --prefix P. --mode privacy|raw \
-//     (--tag TAG | --as-written) SCENARIO.json...
+//     (--tag TAG | --as-written) [--cuts I,J --signals N --metrics URL] SCENARIO.json...
 //
 // Every run id and gateway id is prefixed with TAG + the scenario's index, so several
 // scenarios and both modes can share one worker. With --as-written, ids are sent as the
-// scenario writes them: holdout hashes the run id (semantics.md section 10), so a
-// scenario that sets loopwarden.holdoutPercent gets topics and a worker of its own
-// instead. Every event, usage events included, is sent with `publish`, with the seq the
-// scenario gives it.
+// scenario writes them: holdout hashes the run id (semantics.md section 10), and stop
+// orders name run, gateway and agent ids (section 9), so such a scenario gets topics and a
+// worker of its own instead. Every event, usage events included, is sent with `publish`,
+// with the seq the scenario gives it.
+//
+// The fleet is eventually consistent: a call reaching the worker before the breaker its
+// failures open is judged without it. So with --cuts (indexes of the events as sent, all
+// scenarios in order, whose failure opens a breaker offline), the script stops after
+// sending the event at the k-th cut until the worker's /metrics at URL shows at least N + k
+// `loopwarden_fleet_signals` (N: the fleet signals it held before the first event), and
+// exits with an error if it does not within --signals-timeout seconds.
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { GatewayClient, type Decision } from "../src/client.ts";
@@ -26,8 +33,35 @@ const { values, positionals } = parseArgs({
     tag: { type: "string", default: "" },
     "as-written": { type: "boolean", default: false },
     timeout: { type: "string", default: "60" },
+    cuts: { type: "string", default: "" },
+    signals: { type: "string", default: "0" },
+    metrics: { type: "string" },
+    "signals-timeout": { type: "string", default: "60" },
   },
 });
+const cuts = values.cuts ? values.cuts.split(",").map(Number) : [];
+if (cuts.length && !values.metrics) throw new Error("--cuts needs --metrics, the worker's metrics URL");
+
+/** The worker's `loopwarden_fleet_signals` (stop orders and breakers it holds). */
+async function fleetSignals(url: string): Promise<number> {
+  const text = await (await fetch(url, { signal: AbortSignal.timeout(2000) })).text();
+  const line = text.split("\n").find((l) => l.startsWith("loopwarden_fleet_signals "));
+  return line ? Number(line.split(/\s+/)[1]) : 0;
+}
+
+/** Wait until the worker holds `want` fleet signals; fail loudly after the timeout. */
+async function waitForSignals(url: string, want: number, after: number): Promise<void> {
+  const deadline = Date.now() + Number(values["signals-timeout"]) * 1000;
+  let held = await fleetSignals(url);
+  while (held < want) {
+    if (Date.now() > deadline) {
+      process.stderr.write(`after event ${after}, the worker holds ${held} fleet signals, not ${want} (${url})\n`);
+      process.exit(3);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+    held = await fleetSignals(url);
+  }
+}
 
 const scenarios = positionals.map((f) => JSON.parse(readFileSync(f, "utf8")) as { name: string; events: WireEvent[]; decisions: unknown[] });
 const clients = new Map<string, GatewayClient>();
@@ -55,7 +89,11 @@ for (const e of events) {
   }
 }
 const sent: WireEvent[] = [];
-for (const e of events) sent.push(await clients.get(e.gateway_id)!.publish(e));
+for (const [i, e] of events.entries()) {
+  sent.push(await clients.get(e.gateway_id)!.publish(e));
+  const k = cuts.indexOf(i);
+  if (k >= 0) await waitForSignals(values.metrics!, Number(values.signals) + k + 1, i);
+}
 const deadline = Date.now() + Number(values.timeout) * 1000;
 while (got.length < want && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
 await new Promise((r) => setTimeout(r, 500)); // anything beyond the expected count shows too
