@@ -25,6 +25,10 @@ import sys
 
 from .runtimes import FAIL_OPEN, MAX_INPUT_BYTES, BadInput, endpoint, fail_answer
 
+TYPE_CHECKING = False  # not typing's: importing typing would cost the hook's start
+if TYPE_CHECKING:
+    from typing import BinaryIO, TextIO
+
 DEFAULT_URL = "http://127.0.0.1:7077"
 USAGE = (
     "usage: loopwarden-hook RUNTIME EVENT [--fail-open | --fail-closed] [--url URL] [--timeout-s S] "
@@ -87,7 +91,9 @@ def _address(url: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def post(url: str, path: str, body: bytes, headers: dict[str, str], timeout_s: float) -> tuple[int, dict, bytes]:
+def post(
+    url: str, path: str, body: bytes, headers: dict[str, str], timeout_s: float
+) -> tuple[int, dict[str, str], bytes]:
     """One HTTP/1.1 POST to the sidecar: (status, headers with lower-case names, body).
     Raises OSError when it cannot be reached or does not answer within timeout_s."""
     host, port = _address(url)
@@ -109,7 +115,7 @@ def post(url: str, path: str, body: bytes, headers: dict[str, str], timeout_s: f
     parts = lines[0].split(" ", 2)
     if not sep or len(parts) < 2 or not parts[1].isdigit():
         raise OSError("the sidecar's answer is not HTTP")
-    fields = {}
+    fields: dict[str, str] = {}
     for line in lines[1:]:
         name, _, value = line.partition(":")
         fields[name.strip().lower()] = value.strip()
@@ -117,7 +123,7 @@ def post(url: str, path: str, body: bytes, headers: dict[str, str], timeout_s: f
     return int(parts[1]), fields, rest[:length]
 
 
-def run(argv: list[str], stdin, stdout, stderr) -> int:
+def run(argv: list[str], stdin: BinaryIO, stdout: TextIO, stderr: TextIO) -> int:
     try:
         runtime, event, opts = parse_args(argv)
         endpoint(runtime, event)

@@ -22,14 +22,17 @@ not plain JSON (JSON with comments) is refused rather than rewritten without the
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
 import shutil
 import sys
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from detectors.errors import LoopwardenError
 
@@ -47,7 +50,7 @@ class Plan:
     changed: bool
 
 
-def config_path(runtime: str, project: str | None, user: bool, env: dict | None = None) -> Path:
+def config_path(runtime: str, project: str | None, user: bool, env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     if user:
         home = Path(env.get("HOME") or Path.home())
@@ -81,7 +84,7 @@ def _ours(handler: object, runtime: str) -> bool:
     return isinstance(url, str) and f"/{runtime}/" in url and handler.get("name") == "loopwarden"
 
 
-def merge_json(existing: dict, runtime: str, handlers: dict[str, dict]) -> dict:
+def merge_json(existing: dict[str, Any], runtime: str, handlers: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """`existing` with loopwarden's handler for each event (earlier ones replaced)."""
     out = dict(existing)
     hooks = out.get("hooks", {})
@@ -105,11 +108,15 @@ def merge_json(existing: dict, runtime: str, handlers: dict[str, dict]) -> dict:
     return out
 
 
-def handlers(runtime: str, exe: str, flags: list[str], http_url: str | None) -> dict[str, dict]:
+def handlers(runtime: str, exe: str, flags: list[str], http_url: str | None) -> dict[str, dict[str, Any]]:
     out = {}
     for event in RUNTIMES[runtime].events:
         if http_url:  # Claude Code only (checked by plan)
-            h: dict = {"type": "http", "url": f"{http_url.rstrip('/')}/{runtime}/{event}", "timeout": TIMEOUT_S}
+            h: dict[str, Any] = {
+                "type": "http",
+                "url": f"{http_url.rstrip('/')}/{runtime}/{event}",
+                "timeout": TIMEOUT_S,
+            }
         else:
             h = {"type": "command", "command": hook_command(runtime, event, exe, flags)}
             h["timeout"] = TIMEOUT_S * 1000 if runtime == "gemini-cli" else TIMEOUT_S
@@ -204,7 +211,7 @@ def write(p: Plan) -> None:
         raise LoopwardenError(f"cannot write {p.path}: {exc.strerror or exc}") from None
 
 
-def run_install(args) -> int:
+def run_install(args: argparse.Namespace) -> int:
     """`loopwarden hooks install`: 0 when written (or already there), or printed."""
     path = config_path(args.runtime, args.project, args.user)
     flags = ["--fail-closed"] if args.fail_closed else []

@@ -44,7 +44,9 @@ class Runtime:
 
     __slots__ = ("name", "events", "stops_on_call", "context_on_call", "call_event")
 
-    def __init__(self, name: str, events: dict, stops_on_call: bool, context_on_call: bool, call_event: str) -> None:
+    def __init__(
+        self, name: str, events: dict[str, str], stops_on_call: bool, context_on_call: bool, call_event: str
+    ) -> None:
         self.name, self.events, self.call_event = name, events, call_event
         self.stops_on_call, self.context_on_call = stops_on_call, context_on_call
 
@@ -149,32 +151,24 @@ def parse(runtime: str, event: str, body: bytes, max_bytes: int = MAX_INPUT_BYTE
     session = data.get("session_id")
     if not isinstance(session, str) or not session.strip():
         raise BadInput(f"{what} has no session_id")
-    common = {
-        "runtime": runtime,
-        "event": event,
-        "kind": kind,
-        "session_id": session,
-        "cwd": _text(data.get("cwd")),
-        "transcript_path": _text(data.get("transcript_path")),
-    }
+    cwd, transcript = _text(data.get("cwd")), _text(data.get("transcript_path"))
     if kind in (COMPACTION, END):
-        return Hook(**common)
+        return Hook(runtime, event, kind, session, cwd, transcript)
     tool = data.get("tool_name")
     if not isinstance(tool, str) or not tool.strip():
         raise BadInput(f"{what} has no tool_name")
-    call = {**common, "tool_name": tool, "params": data.get("tool_input", {})}
-    call["tool_use_id"] = _text(data.get("tool_use_id"))
-    if kind == CALL:
-        return Hook(**call)
+    params, tool_use_id = data.get("tool_input", {}), _text(data.get("tool_use_id"))
+    error: object = None
     if kind == FAILURE:  # Claude Code's PostToolUseFailure: `error` is the text the model got
         error = data.get("error")
-        return Hook(**call, error=error if error is not None else "failed", failed=True)
-    response = data.get("tool_response")
-    error = response.get("error") if isinstance(response, dict) else None
-    if error:  # Gemini CLI's AfterTool: tool_response.error {message, type} when the tool failed
-        message = error.get("message") if isinstance(error, dict) else None
-        return Hook(**call, error=message if isinstance(message, str) else error, failed=True)
-    return Hook(**call, result=response)
+        error = error if error is not None else "failed"
+    response = data.get("tool_response") if kind == RESULT else None
+    failure = response.get("error") if isinstance(response, dict) else None
+    if failure:  # Gemini CLI's AfterTool: tool_response.error {message, type} when the tool failed
+        message = failure.get("message") if isinstance(failure, dict) else None
+        error, response = (message if isinstance(message, str) else failure), None
+    failed = error is not None
+    return Hook(runtime, event, kind, session, cwd, transcript, tool, params, tool_use_id, response, error, failed)
 
 
 def answer(runtime: str, event: str, action: str, message: str | None) -> str:
@@ -207,7 +201,7 @@ def fail_answer(runtime: str, event: str, policy: str, cause: str) -> str:
     return _dump(_deny(rt, event, f"loopwarden: {cause}; the call is denied (fail-closed)"))
 
 
-def _deny(rt: Runtime, event: str, text: str) -> dict:
+def _deny(rt: Runtime, event: str, text: str) -> dict[str, object]:
     if rt.name == "gemini-cli":
         return {"decision": "deny", "reason": text}
     return {
@@ -219,11 +213,11 @@ def _deny(rt: Runtime, event: str, text: str) -> dict:
     }
 
 
-def _context(event: str, text: str) -> dict:
+def _context(event: str, text: str) -> dict[str, object]:
     return {"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}
 
 
-def _dump(obj: dict) -> str:
+def _dump(obj: dict[str, object]) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 

@@ -222,7 +222,7 @@ class Sidecar:
         self._tails.pop((hook.runtime, hook.session_id), None)
 
 
-def _keep(table: dict, key: Any, value: Any) -> None:
+def _keep(table: dict[Any, Any], key: Any, value: Any) -> None:
     """Remember `key` (newest last), forgetting the oldest past _SESSIONS entries."""
     table.pop(key, None)
     table[key] = value
@@ -256,7 +256,7 @@ class HttpServer:
 
     async def start(self, host: str, port: int) -> int:
         self.server = await asyncio.start_server(self._connection, host, port, limit=_HEAD_LIMIT)
-        return self.server.sockets[0].getsockname()[1]
+        return int(self.server.sockets[0].getsockname()[1])
 
     async def close(self) -> None:
         if self.server is not None:

@@ -84,7 +84,7 @@ class Tail:
             del self._seen[next(iter(self._seen))]
         return True
 
-    def _call(self, e: dict) -> ModelCall | None:
+    def _call(self, e: dict[str, Any]) -> ModelCall | None:
         if self.runtime == "claude-code":
             msg = e.get("message")
             if e.get("type") != "assistant" or not isinstance(msg, dict) or not isinstance(msg.get("usage"), dict):
@@ -116,7 +116,7 @@ class Tail:
         return None
 
 
-def _count(d: dict, *names: str) -> int | None:
+def _count(d: dict[str, Any], *names: str) -> int | None:
     """The sum of the named counts; None when one is there but not a whole number >= 0."""
     total = 0
     for n in names:
