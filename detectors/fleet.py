@@ -169,12 +169,17 @@ class ToolBreakerFold:
     Per (tool, outcome) it keeps the failures of the last two windows (by the newest ts
     seen): a failure older than that could count only for a failure that arrives later
     with a ts more than a window older than the newest, which gateways' clocks would have
-    to disagree by; past that the rule is exact."""
+    to disagree by; past that the rule is exact.
 
-    __slots__ = ("config", "_failures", "_newest", "_last_end", "_open")
+    `recheck_late` (the live stage's, never offline replay's): a failure older than the
+    newest one seen for its (tool, outcome) is also judged at that newest time, as if it
+    had arrived in event order; offline the input order is the event order, exactly."""
 
-    def __init__(self, config: ToolBreakerConfig) -> None:
+    __slots__ = ("config", "recheck_late", "_failures", "_newest", "_last_end", "_open")
+
+    def __init__(self, config: ToolBreakerConfig, recheck_late: bool = False) -> None:
         self.config = config
+        self.recheck_late = recheck_late  # live only: see observe
         self._failures: dict[tuple[str, str], deque[tuple[int, str, str]]] = {}
         self._newest: dict[tuple[str, str], int] = {}
         self._last_end: dict[str, int] = {}  # tool -> until_ts of its last breaker
@@ -194,8 +199,18 @@ class ToolBreakerFold:
         horizon = newest - 2 * cfg.window_ms
         while window and window[0][0] <= horizon:
             window.popleft()
-        intervals = self._open.get(tool, ())
-        for start, end in intervals:
+        b = self._judge(tool, outcome, ts, window)
+        if b is None and self.recheck_late and ts < newest:
+            # Live, failures reach the stage in the order the workers folded them, not in
+            # event order: a late one is also counted where the rule would have counted it
+            # had it come in order, at the newest failure's time.
+            b = self._judge(tool, outcome, newest, window)
+        return b
+
+    def _judge(self, tool: str, outcome: str, ts: int, window: deque[tuple[int, str, str]]) -> Breaker | None:
+        """The rule at time `ts` for (tool, outcome): a breaker if it opens there."""
+        cfg = self.config
+        for start, end in self._open.get(tool, ()):
             if start <= ts < end:
                 return None  # T has an open breaker at t
         low = max(ts - cfg.window_ms, self._last_end.get(tool, ts - cfg.window_ms) - 1)

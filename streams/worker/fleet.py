@@ -149,7 +149,7 @@ def install(app: Any, settings: Settings, ledger: FleetLedger, config_of: Any, m
             except msgspec.DecodeError as exc:
                 log.warning("skipping an unreadable failure record at offset %d: %s", event.message.offset, exc)
                 continue
-            rule = ToolBreakerFold(cfg.tool_breaker)
+            rule = ToolBreakerFold(cfg.tool_breaker, recheck_late=True)  # failures come in the order folded
             state = windows.get(event.key)
             if state is not None:
                 import_tool(rule, fail.tool, state)

@@ -273,3 +273,15 @@ def test_fleet_for_judges_each_event_against_its_own_view():
     )
     got = [(d.action, d.fleet_signal) for f in out for d in f.decisions]
     assert got == [("allow", None), ("abort", "o1")]
+
+
+def test_live_the_breaker_also_counts_a_failure_that_came_late():
+    cfg = ToolBreakerConfig(True, 3, 60_000, 30_000)
+    late = [("t", "o", T0 + 2100, "r3", "g1"), ("t", "o", T0 + 1100, "r2", "g2"), ("t", "o", T0 + 100, "r1", "g1")]
+    assert fold_failures(cfg, late) == [None, None, None]  # offline: the order of the input is the event order
+    rule = ToolBreakerFold(cfg, recheck_late=True)  # live: the order the workers folded them in
+    got = [rule.observe(*f) for f in late]
+    assert got[:2] == [None, None] and got[2] is not None
+    assert (got[2].id, got[2].runs, got[2].gateways) == (f"t:o:{T0 + 2100}", 3, 2)  # as if they came in order
+    in_order = fold_failures(cfg, sorted(late, key=lambda f: f[2]))
+    assert in_order[2] is not None and in_order[2].id == got[2].id
