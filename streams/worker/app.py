@@ -12,6 +12,7 @@ from typing import Any
 
 import faust
 from aiokafka.partitioner import murmur2
+from faust.web import Request, Response, View
 from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -29,7 +30,7 @@ from .metrics import Metrics
 log = logging.getLogger("loopwarden.worker")
 
 
-def _credentials(s: Settings):
+def _credentials(s: Settings) -> faust.SASLCredentials | faust.SSLCredentials | None:
     """Faust's broker credentials: SASL (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; over TLS
     for SASL_SSL), TLS alone (SSL), or none. Faust hands them to every aiokafka client it
     makes (consumer, producers, the admin calls that create the changelog topic)."""
@@ -84,7 +85,7 @@ def create_app(
     # the changelog and reads back when it takes a partition over (run_store.py,
     # recovery.py). No Faust table: Faust's recovery is not on the path.
     runs: dict[bytes, Any] = {}
-    inbox: list = []  # the agent's channel, once its stream has started
+    inbox: list[Any] = []  # the agent's channel, once its stream has started
 
     def crash(exc: BaseException) -> None:
         # The worker stops as on SIGTERM, and exits non-zero (run_worker). Not through
@@ -112,10 +113,12 @@ def create_app(
         tombstone_delay=2 * app.conf.broker_commit_interval + settings.flush_interval_ms / 1000.0,
     )
     batches.config_id = config_now
-    app.batches = batches  # run_worker reads its failure
+    # run_worker reads its failure; faust.App takes the attribute but does not declare it
+    app.batches = batches  # type: ignore[attr-defined]
     config_gauge = metrics.config_in_use(config_now)
     if following:
-        config_follow.install(app, config_follow.ConfigSwitch(settings, history, batches, config_gauge))  # type: ignore[arg-type]
+        assert history is not None  # set above when following
+        config_follow.install(app, config_follow.ConfigSwitch(settings, history, batches, config_gauge))
     # The fleet (semantics.md section 9): stop orders and breakers received, the breaker stage.
     ledger = fleet if fleet is not None else FleetLedger()
     batches.fleet = ledger.view
@@ -126,7 +129,7 @@ def create_app(
     return app
 
 
-RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
+RAW: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
 
 
 def _faust_app(settings: Settings) -> faust.App:
@@ -173,7 +176,7 @@ def _lags(app: faust.App, settings: Settings, batches: BatchLoop) -> dict[int, i
 
 
 def _install_loop(
-    app: faust.App, settings: Settings, events: Any, runs: Any, batches: BatchLoop, metrics: Metrics, inbox: list
+    app: faust.App, settings: Settings, events: Any, runs: Any, batches: BatchLoop, metrics: Metrics, inbox: list[Any]
 ) -> None:
     """The agent, the batch loop as a service, and the worker's periodic chores."""
 
@@ -186,7 +189,7 @@ def _install_loop(
             await batches.stop()
 
     @app.agent(events, concurrency=1)
-    async def fold_events(stream):
+    async def fold_events(stream: Any) -> None:
         # The agent passes its events on; the batch loop folds them in batches, publishes
         # the output and acknowledges each event by hand once that output is durable.
         stream.enable_acks = False
@@ -203,13 +206,13 @@ def _install_loop(
         gc.freeze()
 
     @app.timer(interval=5.0)
-    async def report_lag():
+    async def report_lag() -> None:
         for partition, n in _lags(app, settings, batches).items():
             metrics.lag.labels(str(partition)).set(n)
         metrics.runs.set(len(runs))
 
     @app.page("/metrics")
-    async def metrics_page(web, request):
+    async def metrics_page(web: View, request: Request) -> Response:
         return web.bytes(generate_latest(metrics.registry), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
 
@@ -246,6 +249,6 @@ def run_worker(settings: Settings) -> None:
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:
-        if app.batches.failed is not None and not exc.code:
+        if app.batches.failed is not None and not exc.code:  # type: ignore[attr-defined]  # set by create_app
             raise SystemExit(1) from None  # stopped because output could not be published
         raise

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, Protocol
 
 from mode import Service
 
-from detectors import DetectionConfig, EventError
+from detectors import DetectionConfig, EventError, RunState
 from detectors.fleet import FleetView
 from detectors.ingest import SetAside, fold
 
@@ -109,14 +109,15 @@ def fold_batch(
     ids: list[tuple[str, int, int]] = []
     dead = 0
 
-    def stored(run_id: str, msg: Incoming):  # the fold's loader; the key is the run id (admit checks)
+    # the fold's loader; the key is the run id (admit checks)
+    def stored(run_id: str, msg: Incoming) -> RunState | None:
         return runs.load(msg.key, msg.offset)  # type: ignore[arg-type]
 
     source = ((m, m.key, m.value) for m in msgs)
     breaker_on = config.tool_breaker is not None
     for f in fold(source, config, max_event_bytes=s.max_event_bytes, load=stored, fleet=fleet):
         msg = f.position
-        if type(f) is SetAside:
+        if isinstance(f, SetAside):
             exc = f.error
             if exc.reason == "internal_error":
                 log.error("event at %s[%d]@%d set aside: %s", msg.topic, msg.partition, msg.offset, exc)
@@ -177,15 +178,15 @@ class BatchLoop(Service):
         self.progress: dict[int, int] = {}  # partition -> last offset folded
         self.folded_at: dict[int, float] = {}  # partition -> when an event of it was last folded
         self.handling = False  # a batch is being folded and published
-        self._waiting: list = []  # events passed on, not folded yet
+        self._waiting: list[Any] = []  # events passed on, not folded yet
         self.trace = tracer_from_env()  # per-batch timings (tracing.py), off by default
         self._arrivals: list[float] = []  # with a trace: when each waiting event was passed on
         self._arrived = asyncio.Event()
         self._full = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
-        self._unacked: list = []  # folded since the last flush
-        self._sent: list[asyncio.Future] = []  # deliveries queued since the last flush
+        self._unacked: list[Any] = []  # folded since the last flush
+        self._sent: list[asyncio.Future[Any]] = []  # deliveries queued since the last flush
         self.sweep_interval = settings.state_sweep_interval_s
         self._flushing = asyncio.Lock()  # one flush at a time: state records stay in order
         self._last_flush = time.monotonic()
@@ -314,7 +315,7 @@ class BatchLoop(Service):
             except Exception as exc:
                 self._fail(exc)
 
-    async def _handle(self, batch: list, arrivals: list[float] | None = None) -> None:
+    async def _handle(self, batch: list[Any], arrivals: list[float] | None = None) -> None:
         trace = self.trace
         t = {"k": "batch", "n": len(batch), "f0": time.time()} if trace is not None else None
         msgs = [e.message for e in batch]

@@ -182,7 +182,7 @@ class DeliveryWatch:
         group commits only what the batch loop folded, and then the progress is known)."""
         if p in self.starts:
             return self.starts[p]
-        start = await self._call(faust_compat.committed_offset(self.app.consumer, tp))
+        start: int | None = await self._call(faust_compat.committed_offset(self.app.consumer, tp))
         if start is None:
             first = await self._call(self.app.consumer.earliest_offsets(tp))
             start = None if first is None else first.get(tp)

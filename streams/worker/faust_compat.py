@@ -30,7 +30,8 @@ async def committed_offset(consumer: Any, tp: Any) -> int | None:
     runs in its consumer thread (`Consumer._thread`, `_ensure_consumer`): Faust's own
     Consumer has no call for it, and delivery.py needs where Faust started a partition."""
     thread = consumer._thread
-    return await thread.call_thread(thread._ensure_consumer().committed, tp)  # type: ignore[no-any-return]
+    offset: int | None = await thread.call_thread(thread._ensure_consumer().committed, tp)
+    return offset
 
 
 class Worker(faust.Worker):
@@ -39,6 +40,7 @@ class Worker(faust.Worker):
     `on_worker_shutdown` for every stop, its own crashes included. `on_stop_begins(code,
     why)` is told which: the caller arms its deadline there."""
 
+    app: faust.App  # (Faust declares AppT) the worker runs the faust.App create_app built
     on_stop_begins: Any = None  # (exit code, reason) -> None
 
     def _begins(self, code: int, why: str) -> None:

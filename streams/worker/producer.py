@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaProducer
 from mode import Service
@@ -39,7 +39,7 @@ class OutRecord(NamedTuple):
 class BatchProducer(Service):
     """An idempotent producer (acks=all) that publishes lists of records as batches."""
 
-    def __init__(self, kafka_kwargs: dict, **kwargs) -> None:
+    def __init__(self, kafka_kwargs: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._kwargs = kafka_kwargs
         self._producer: AIOKafkaProducer | None = None
@@ -84,7 +84,7 @@ class BatchProducer(Service):
             n = self._partitions[topic] = len(await p.partitions_for(topic))
         return n
 
-    async def send(self, records: Iterable[OutRecord]) -> asyncio.Future:
+    async def send(self, records: Iterable[OutRecord]) -> asyncio.Future[Any]:
         """Queue every record; the returned future is done once all are acknowledged by
         the broker. Calls made one after another (never concurrently) keep their order
         within each partition, so a caller need not wait for one delivery before the next."""
