@@ -15,6 +15,7 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..gateway import settings as settings_mod
 from . import localkafka
@@ -22,6 +23,13 @@ from .launch import Worker
 from .loops import BREAKER_AGENT
 from .simulate import simulate
 from .top import Top, show
+
+if TYPE_CHECKING:
+    import argparse
+    from types import FrameType
+
+    from ..gateway.settings import Settings
+    from .simulate import Report
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "config.json5"
 FALLBACK_CONFIG = {
@@ -35,11 +43,11 @@ FALLBACK_CONFIG = {
 }
 
 
-def _exit_on_signal(signum, frame) -> None:
+def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # unwinds through the finally that stops the broker and worker
 
 
-def run_demo(args) -> int:
+def run_demo(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on_signal)
     work = Path(tempfile.mkdtemp(prefix="loopwarden-demo-"))
@@ -87,7 +95,7 @@ def run_demo(args) -> int:
             localkafka.stop(broker)
 
 
-async def _fleet(settings, args, metrics_url: str):
+async def _fleet(settings: Settings, args: argparse.Namespace, metrics_url: str) -> Report:
     """The simulated fleet, shown by `top` meanwhile (in place on a terminal, one line a
     second otherwise); the view stays on the screen when the fleet is done."""
     top = Top(settings, "now", [metrics_url])

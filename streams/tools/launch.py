@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..gateway.errors import WorkerError
 from .localkafka import free_port
@@ -32,22 +33,24 @@ def command(*args: str) -> list[str]:
     return [sys.executable, "-m", "streams.cli", *args]
 
 
-def health(port: int, timeout: float = 1.0) -> dict | None:
+def health(port: int, timeout: float = 1.0) -> dict[str, Any] | None:
     """What the worker's /health answers (the body of a 200 and of a 503 alike), or None
     when nothing answers."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=timeout) as r:
-            return json.loads(r.read())
+            body: dict[str, Any] = json.loads(r.read())
+            return body
     except urllib.error.HTTPError as exc:  # 503 with a body that says why
         try:
-            return json.loads(exc.read())
+            body = json.loads(exc.read())
+            return body
         except (ValueError, OSError):
             return None
     except (OSError, ValueError):
         return None
 
 
-def kill_process(proc: subprocess.Popen) -> None:
+def kill_process(proc: subprocess.Popen[Any]) -> None:
     """SIGKILL to the process's group, and reap it."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
@@ -55,7 +58,7 @@ def kill_process(proc: subprocess.Popen) -> None:
         proc.wait(10)
 
 
-def stop_process(proc: subprocess.Popen, timeout: float = STOP_TIMEOUT_S) -> None:
+def stop_process(proc: subprocess.Popen[Any], timeout: float = STOP_TIMEOUT_S) -> None:
     """SIGTERM to the process's group (started with start_new_session); SIGKILL if it has
     not exited within `timeout` seconds."""
     if proc.poll() is None:
@@ -87,7 +90,7 @@ class Worker:
         self.log = Path(log)
         self.cwd = cwd
         self.cmd = command("worker", *args, "--web-port", str(self.port))
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
     def start(self, wait: bool = True, timeout: float = READY_TIMEOUT_S) -> Worker:
@@ -110,12 +113,13 @@ class Worker:
                 raise
         return self
 
-    def health(self) -> dict | None:
+    def health(self) -> dict[str, Any] | None:
         return health(self.port)
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
-            return r.read().decode()
+            body: bytes = r.read()
+            return body.decode()
 
     def wait_healthy(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Until /health says ok; WorkerError (with the log's tail) if the process exits or

@@ -85,7 +85,8 @@ def fetch(quiet: bool = True) -> Path:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def port_free(port: int) -> bool:
@@ -350,6 +351,7 @@ def _start_new(
     if sasl_ssl is not None:
         tls = workdir / "tls"
         tls.mkdir(mode=0o700)
+        assert keystore is not None  # read above when sasl_ssl is given
         (tls / "broker.p12").write_bytes(keystore)
         text += _SASL_SSL_PROPERTIES.format(
             mechanisms=",".join(sasl_ssl.mechanisms), keystore=tls / "broker.p12", password=sasl_ssl.keystore_password

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 BREAKER_AGENT = "no-generic"  # an agent whose config switches genericRepeat off (examples/config.json5)
 NORMAL_TOOLS = ["read", "grep", "exec", "edit", "web_fetch", "list"]
@@ -23,7 +23,7 @@ class Step(NamedTuple):
     """One call and what comes back: the result's text, or the error it fails with."""
 
     tool: str
-    params: dict
+    params: dict[str, Any]
     text: str | None
     error: str | None = None
 
@@ -36,9 +36,9 @@ class Kind(NamedTuple):
     compaction_at: int | None = None  # a compaction_retry comes before this step
 
 
-def result(text: str, details: dict | None = None) -> dict:
+def result(text: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     """The tool result of a step that did not fail."""
-    out: dict = {"content": [{"type": "text", "text": text}]}
+    out: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
     if details is not None:
         out["details"] = details
     return out

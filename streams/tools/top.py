@@ -21,7 +21,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from detectors.fleet import Breaker, StopOrder
 from detectors.policy import RUN_BUDGET
@@ -31,6 +31,12 @@ from ..admin.fleet_topic import FleetLedger
 from ..gateway.errors import BrokerError, SettingsError
 from ..gateway.settings import Settings
 from ..times import parse_from
+
+if TYPE_CHECKING:
+    import argparse
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from rich.console import Console
 
 ACTIONS = ("allow", "warn", "block", "abort")
 FLAGGED = ("warn", "block", "abort")
@@ -154,7 +160,7 @@ class TopState:
         self.runs: dict[str, dict[str, Any]] = {}
         self.dead_letters: Counter[str] | None = None  # None: the dead-letter topic is not read
         self.workers: dict[str, dict[str, Any]] = {}
-        self._buckets: dict[int, Counter] = {}  # whole second -> counts of that second
+        self._buckets: dict[int, Counter[tuple[str, ...]]] = {}  # whole second -> counts of that second
         self._latest = -math.inf
         self._seen: dict[str, None] = {}  # recent event_ids, oldest first
         self._dedup = dedup
@@ -216,7 +222,7 @@ class TopState:
         """A scrape of one worker's /metrics: its lag per partition, or None when unreachable."""
         self.workers[url] = {"lags": lags, "at": at, "error": error}
 
-    def _bucket(self, ts: float) -> Counter:
+    def _bucket(self, ts: float) -> Counter[tuple[str, ...]]:
         k = int(math.floor(ts))
         b = self._buckets.get(k)
         if b is None:
@@ -276,8 +282,8 @@ class TopState:
         begin = first if self.start is None else max(first, self.start)
         return first, max(1.0, now - begin)
 
-    def _sum(self, first: int) -> Counter:
-        out: Counter = Counter()
+    def _sum(self, first: int) -> Counter[tuple[str, ...]]:
+        out: Counter[tuple[str, ...]] = Counter()
         for k, b in self._buckets.items():
             if k >= first:
                 out.update(b)
@@ -400,7 +406,8 @@ def dead_letter_reason(headers: Iterable[tuple[str, bytes]] | None) -> str:
 
 def _scrape(url: str) -> str:
     with urllib.request.urlopen(url, timeout=1.5) as r:
-        return r.read().decode("utf-8", "replace")
+        body: bytes = r.read()
+        return body.decode("utf-8", "replace")
 
 
 class Top:
@@ -420,9 +427,9 @@ class Top:
         self.state = TopState(
             None if start == "beginning" else (start if isinstance(start, float) else None), forget_after=forget_after
         )
-        self.consumer = None
-        self.assigned: list = []
-        self.ends: dict = {}
+        self.consumer: AIOKafkaConsumer | None = None
+        self.assigned: list[TopicPartition] = []
+        self.ends: dict[TopicPartition, int] = {}
         self.deadletters = False
         self._missed = False
 
@@ -476,6 +483,7 @@ class Top:
         from aiokafka import TopicPartition
 
         c = self.consumer
+        assert c is not None, "open() first"
         names = await c.topics()
         if self.topic not in names:
             return False
@@ -524,6 +532,7 @@ class Top:
         if not self.assigned:
             await asyncio.sleep(timeout_s)
             return 0
+        assert self.consumer is not None  # assigned: open() made it
         batch = await self.consumer.getmany(timeout_ms=int(timeout_s * 1000))
         n = 0
         now = time.time()
@@ -543,6 +552,7 @@ class Top:
         """Everything that was on the topics when they were assigned has been read."""
         if not self.assigned:
             return False
+        assert self.consumer is not None  # assigned: open() made it
         for tp in self.assigned:
             if await self.consumer.position(tp) < self.ends.get(tp, 0):
                 return False
@@ -580,7 +590,7 @@ async def show(
     seconds: float | None = None,
     mode: str = "live",
     screen: bool = False,
-    console=None,
+    console: Console | None = None,
     refresh_s: float = 1.0,
 ) -> dict[str, Any]:
     """Refresh the view about once a second until `stop` is set or `seconds` have passed.
@@ -691,7 +701,7 @@ async def once(top: Top, stop: asyncio.Event, seconds: float | None = None) -> d
         await top.close()
 
 
-def run_top(settings: Settings, args) -> int:
+def run_top(settings: Settings, args: argparse.Namespace) -> int:
     """The `loopwarden top` command."""
     start = parse_from(args.start, time.time())
     if args.once and args.start is None and args.seconds is None:

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Group, JustifyMethod, RenderableType
+    from rich.table import Table
 
 ACTION_STYLE = {"allow": "green", "warn": "yellow", "block": "red", "abort": "bold red"}
 DETECTOR_SHORT = {
@@ -84,7 +88,7 @@ class Col:
     cap: int  # widest it grows to (the message: whatever is left)
     comfy: int = 0  # required columns: the width they get before any optional column is added
     cut: str = "end"  # end, middle or detector
-    justify: str = "left"
+    justify: JustifyMethod = "left"
 
 
 def _cells(r: dict[str, Any]) -> dict[str, str]:
@@ -165,7 +169,7 @@ def run_columns(rows: list[dict[str, str]], width: int) -> list[tuple[Col, int]]
     return [(c, widths[c.key]) for c in shown]
 
 
-def runs_table(runs: list[dict[str, Any]], width: int):
+def runs_table(runs: list[dict[str, Any]], width: int) -> Table:
     from rich.table import Table
     from rich.text import Text
 
@@ -209,7 +213,7 @@ def runs_table(runs: list[dict[str, Any]], width: int):
 # --- the other sections ----------------------------------------------------------------------
 
 
-def _detector_table(snap: dict[str, Any], width: int):
+def _detector_table(snap: dict[str, Any], width: int) -> Table | None:
     from rich.table import Table
 
     per_min = snap.get("per_minute_by_detector") or {}
@@ -237,7 +241,7 @@ def _detector_table(snap: dict[str, Any], width: int):
     return t
 
 
-def _gateway_table(snap: dict[str, Any], width: int, cap: int):
+def _gateway_table(snap: dict[str, Any], width: int, cap: int) -> tuple[Table | None, int]:
     from rich.table import Table
 
     gws = snap.get("gateways") or {}
@@ -319,7 +323,7 @@ def header_lines(snap: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
     return title, rates
 
 
-def render(snap: dict[str, Any], width: int, height: int | None = None):
+def render(snap: dict[str, Any], width: int, height: int | None = None) -> Group:
     """The whole view of one snapshot, at most `width` columns wide (and, when `height`
     is given, about that many lines: the looping runs get what the rest leaves)."""
     from rich.console import Group
@@ -328,7 +332,7 @@ def render(snap: dict[str, Any], width: int, height: int | None = None):
 
     width = max(20, width)
     title, rates = header_lines(snap)
-    parts: list = [Text(title, style="bold", no_wrap=True, overflow="ellipsis")]
+    parts: list[RenderableType] = [Text(title, style="bold", no_wrap=True, overflow="ellipsis")]
     line = Text(no_wrap=True, overflow="ellipsis")
     for i, (s, style) in enumerate(rates):
         line.append(("   " if i == 1 else "  ") if i else "")
@@ -343,17 +347,17 @@ def render(snap: dict[str, Any], width: int, height: int | None = None):
     det_lines = 1 + len(det.rows) if det is not None else 1
     gw, gw_rows = _gateway_table(snap, width if width < 120 else width // 2 - 2, gw_cap)
     gw_lines = 1 + gw_rows if gw is not None else 1
-    det = det if det is not None else Text("detections: none yet", style="dim")
-    gw = gw if gw is not None else Text("gateways: no decisions yet", style="dim")
+    det_view = det if det is not None else Text("detections: none yet", style="dim")
+    gw_view = gw if gw is not None else Text("gateways: no decisions yet", style="dim")
     if width >= 120:
         grid = Table.grid(padding=(0, 4))
         grid.add_column(max_width=width // 2 - 2)
         grid.add_column(max_width=width // 2 - 2)
-        grid.add_row(det, gw)
+        grid.add_row(det_view, gw_view)
         parts += gap + [grid]
         lines += max(det_lines, gw_lines)
     else:
-        parts += gap + [det] + gap + [gw]
+        parts += gap + [det_view] + gap + [gw_view]
         lines += det_lines + gw_lines
     parts += gap + [Text(_workers_line(snap), no_wrap=True, overflow="ellipsis")]
     lines += 1 + (3 if roomy else 0) + 1
