@@ -23,11 +23,16 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from detectors.errors import LoopwardenError
 
 from .gateway import settings as settings_mod
+
+if TYPE_CHECKING:
+    from detectors import DetectionConfig
 
 CONFIG_FIELDS = (
     "OpenClaw's tools.loopDetection (global and per agent under agents.list) and loopwarden's own block: "
@@ -58,7 +63,7 @@ WORKER_PACKAGES = ("faust", "mode", "prometheus_client", "rich")
 
 
 @contextlib.contextmanager
-def _needs_worker_extra(command: str):
+def _needs_worker_extra(command: str) -> Iterator[None]:
     """A plain install has the client and the core only; say what to install."""
     try:
         yield
@@ -76,7 +81,7 @@ def _needs_worker_extra(command: str):
 RELATIVE_TIME = re.compile(r"^-\d+(\.\d+)?\s*(s|sec|m|min|h|d)?$")
 
 
-def _read_config(path: str | None):
+def _read_config(path: str | None) -> DetectionConfig:
     return settings_mod.read_detection_config(path, warn=lambda p, w: print(f"warning: {p}: {w}", file=sys.stderr))
 
 
@@ -90,7 +95,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     config = _read_config(args.config)
     with contextlib.ExitStack() as files:
 
-        def open_file(path: str | None, mode: str, std, what: str):
+        def open_file(path: str | None, mode: str, std: IO[bytes] | None, what: str) -> IO[bytes] | None:
             if path is None:
                 return None
             if path == "-":
@@ -103,6 +108,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         src = open_file(args.input, "rb", sys.stdin.buffer, "read input")
         dst = open_file(args.output, "wb", sys.stdout.buffer, "write output")
         dead = open_file(args.dead_letter, "wb", None, "write dead letters to")
+        assert src is not None and dst is not None  # --input and --output default to "-"
         total = None if args.input == "-" else file_size(args.input)
         fleet = read_fleet_file(args.fleet) if args.fleet else ()
         report = run_replay(config, src, dst, sys.stderr, dead, args.max_event_bytes, total, fleet)
@@ -215,11 +221,11 @@ def cmd_config(args: argparse.Namespace) -> int:
     s = _settings(args)
     if args.action == "publish":
         try:
-            text = Path(args.file).read_bytes()
+            raw = Path(args.file).read_bytes()
         except OSError as exc:
             raise LoopwardenError(f"cannot read config {args.file}: {exc.strerror}") from None
         cid = asyncio.run(
-            publish_config(s, text, args.file, warn=lambda w: print(f"warning: {args.file}: {w}", file=sys.stderr))
+            publish_config(s, raw, args.file, warn=lambda w: print(f"warning: {args.file}: {w}", file=sys.stderr))
         )
         print(cid)
         return ExitCode.OK
@@ -254,13 +260,13 @@ def cmd_kafka(args: argparse.Namespace) -> int:
         b = localkafka.start(workdir, port=args.port, heap=args.heap, fresh=args.fresh)
         print(b.bootstrap)
     elif args.action == "stop":
-        b = localkafka.running(workdir)
-        if b is None:
+        found = localkafka.running(workdir)
+        if found is None:
             # Only a broker known to be running is signalled: a recorded pid may belong to
             # another process by now.
             print(f"no broker running in {workdir}", file=sys.stderr)
             return ExitCode.OK
-        localkafka.stop(b)
+        localkafka.stop(found)
         print("stopped")
     return ExitCode.OK
 

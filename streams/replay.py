@@ -7,7 +7,7 @@ import os
 from collections import Counter
 from itertools import count, repeat
 from operator import attrgetter, methodcaller
-from typing import BinaryIO, TextIO
+from typing import IO, Any, TextIO
 
 from detectors import Decision, DetectionConfig
 from detectors.errors import DecodeError, LoopwardenError
@@ -32,7 +32,7 @@ class ReplayReport:
         self.actions: Counter[str] = Counter()
         self.detectors: Counter[str] = Counter()
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "events": self.events,
             "decisions": self.decisions,
@@ -45,10 +45,10 @@ class ReplayReport:
 
 def run_replay(
     config: DetectionConfig,
-    src: BinaryIO,
-    dst: BinaryIO,
+    src: IO[bytes],
+    dst: IO[bytes],
     errors: TextIO,
-    dead_letter: BinaryIO | None = None,
+    dead_letter: IO[bytes] | None = None,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     total_bytes: int | None = None,
     fleet_records: tuple[FleetRecord, ...] = (),
@@ -92,7 +92,7 @@ def run_replay(
         folds = fold(lines, config, max_event_bytes=max_event_bytes, keyed=False, fleet=fleet, breakers=rule)
         for folded in folds:
             lineno = folded.position
-            if type(folded) is SetAside:
+            if isinstance(folded, SetAside):
                 reason = folded.error.reason
                 if reason == "stale_seq":
                     report.stale += 1
