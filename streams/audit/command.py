@@ -28,6 +28,7 @@ from .core import Audit, ConfigBook
 from .options import AuditOptions, iso
 from .read import TopicRange, partitions_of
 from .report import Totals, report, summary
+from .shadow import BUDGET_COUNTS
 from .timelines import MAX_RUNS
 from .whatif import CHANGES
 
@@ -342,10 +343,36 @@ def _print_summary(s: dict[str, Any], out: TextIO) -> None:
         print("by detector: " + ", ".join(f"{k} {v}" for k, v in s["by_detector"].items()), file=out)
     if s["what_if"]:
         print("what if: " + ", ".join(f"{k} {s['what_if'][k]}" for k in CHANGES), file=out)
+    _print_policy(s, out)
     if s["unknown_configs"]:
         print(
             f"decisions under configs not known here (replayed under the current one): {s['unknown_configs']}; "
             "name them with --worker-config",
+            file=out,
+        )
+
+
+def _print_policy(s: dict[str, Any], out: TextIO) -> None:
+    """The budgets and shadow lines of the summary, when there is anything to say."""
+    b, sh = s["budgets"], s["shadow"]
+    if any(b[k] for k in BUDGET_COUNTS):
+        print(
+            f"budgets: {b['warnings']} warnings, {b['aborts']} aborts ({b['aborts_on_usage']} on usage events), "
+            f"{b['calls_after_abort']} calls after an abort; {b['not_enforced']} of them not enforced",
+            file=out,
+        )
+    if sh["decisions"]:
+        w = sh["would_stop"]
+        print(
+            f"not enforced: {sh['decisions']} decisions of {sh['runs']} runs ({sh['held_out_runs']} held out, "
+            "the others in shadow mode); they would have been told "
+            + ", ".join(f"{k} {v}" for k, v in sh["by_shadow_action"].items()),
+            file=out,
+        )
+        print(
+            f"  {w['runs']} runs would have been stopped, {w['ended_by_themselves']} of them ended by themselves; "
+            f"after that point: calls median {w['calls_after']['median']}, p90 {w['calls_after']['p90']}; "
+            f"tokens median {w['tokens_after']['median']}, p90 {w['tokens_after']['p90']}",
             file=out,
         )
 

@@ -25,11 +25,13 @@ from operator import attrgetter
 from typing import Any
 
 from detectors import DetectionConfig, Folded, RunState, SetAside, fold
+from detectors.policy import RUN_BUDGET
 from detectors.wire import Decision, Event
 
 from .join import Join, Msg, Recorded
 from .options import ALL_RUNS, WHOLE, Scope, Window
 from .report import Totals, report, summary
+from .shadow import Shadow
 from .tally import ACTIONS, Tally
 from .timelines import Timelines, diff_line
 from .whatif import WhatIf, WhatIfCounts
@@ -77,6 +79,7 @@ class Replayer:
     def __init__(self, configs: ConfigBook, join: Join, max_event_bytes: int = 1 << 20) -> None:
         self.configs = configs
         self.recorded = join.lookup
+        self.named = configs.by_hash.get  # a config by the hash a decision names
         self.max_event_bytes = max_event_bytes
         self.states: dict[str, RunState] = {}  # after each run's latest event (`Audit.events` keeps them)
         self.run_configs: dict[str, DetectionConfig] = {}  # open runs' last named config
@@ -95,10 +98,10 @@ class Replayer:
         return self.states.get(run_id)
 
     def _config_for(self, ev: Event) -> DetectionConfig:
-        rec = self.recorded(f"{ev.run_id}:{ev.seq}")
+        rec = self.recorded((ev.run_id, ev.seq))
         if rec is not None:
             h = rec.decision.config_hash
-            cfg = self.configs.get(h)
+            cfg = self.named(h)
             if cfg is not None:
                 self.run_configs[ev.run_id] = cfg
                 return cfg
@@ -153,6 +156,7 @@ class Audit:
         self.tally = Tally()
         self.what_if = WhatIf(what_if) if what_if is not None else None
         self.timelines = Timelines(what_if is not None) if timelines else None
+        self.shadow = Shadow(configs.get)
         self.open: dict[str, _Run] = {}
         self.ended: set[str] = set()  # runs whose run_end was read: a later event starts a new one
         self._low, self._high = window.low, window.high
@@ -190,6 +194,7 @@ class Audit:
         results = folded if what_if is None else what_if.fold(folded)
         states, settle, tally, runs = self.replayer.states, self.join.settle, self.tally, self.open
         low, high, gateways, timelines = self._low, self._high, self.scope.gateways, self.timelines
+        watching = self.shadow.watching
         for x in results:
             f: Folded | SetAside = x if what_if is None else x.position
             m: Msg = f.position
@@ -215,11 +220,12 @@ class Audit:
                 if not run.in_range:
                     self._entered(run_id, run)
             replayed = f.decisions[0] if f.decisions else None
-            eid = f"{run_id}:{ev.seq}"
-            rec = settle(eid, mt, replayed is not None)
+            rec = settle((run_id, ev.seq), mt, replayed is not None)
+            if watching and inside and run_id in watching:
+                self.shadow.event(ev)  # after the run's first call that would have been stopped
             status, changed = None, False
             if inside and not run.partial and (replayed is not None or rec is not None):
-                status, changed = self._compare(ev, mt, eid, rec, replayed, wi)
+                status, changed = self._compare(ev, mt, rec, replayed, wi)
             if inside and timelines is not None:
                 timelines.add(ev, status, rec.decision if rec is not None else None, replayed, wi, changed)
             if after is None:
@@ -266,7 +272,7 @@ class Audit:
             self.tally.partial_ids.add(run_id)
 
     def _compare(
-        self, ev: Event, mt: int, eid: str, rec: Recorded | None, replayed: Decision | None, what_if: Decision | None
+        self, ev: Event, mt: int, rec: Recorded | None, replayed: Decision | None, what_if: Decision | None
     ) -> tuple[str, bool]:
         """Count an event's recorded and replayed decisions (one at least): what they
         came to, and whether the what-if decision changes what was decided."""
@@ -275,14 +281,16 @@ class Audit:
         status = self.tally.count(recorded, replayed, rec is not None and rec.conflict, ts)
         if rec is not None:
             rec.status = status
+        if replayed is not None and (not replayed.enforced or replayed.detector == RUN_BUDGET):
+            self.shadow.decision(ev, replayed)
         if status != "matched":
-            self._diff(status, eid, ev.run_id, recorded, replayed, None)
+            self._diff(status, f"{ev.run_id}:{ev.seq}", ev.run_id, recorded, replayed, None)
         if self.what_if is None:
             return status, False
         decided = recorded if recorded is not None else replayed
         found = self.what_if.compare(decided, what_if)
         if found:
-            self._diff("what_if", eid, ev.run_id, decided, None, what_if, found)
+            self._diff("what_if", f"{ev.run_id}:{ev.seq}", ev.run_id, decided, None, what_if, found)
         return status, bool(found)
 
     def _diff(self, *line: Any) -> None:
@@ -298,6 +306,7 @@ class Audit:
             self._unexpected(rec)
         if self.timelines is not None:
             self.timelines.finish()
+        self.shadow.finish()
         self.open.clear()
 
     def totals(self) -> Totals:
@@ -309,6 +318,7 @@ class Audit:
             self.replayer.unknown_configs,
             self.what_if.counts if self.what_if is not None else WhatIfCounts(),
             self.timelines.flagged if self.timelines is not None else [],
+            self.shadow.counts,
         )
 
     def summary(self, seconds: float) -> dict[str, Any]:

@@ -48,6 +48,25 @@ WHAT_IF_LABELS = {
     "aborts_lost": "aborts lost",
 }
 
+BUDGET_LABELS = {
+    "warnings": "budget warnings",
+    "aborts": "runs aborted by a budget",
+    "aborts_on_usage": "of them on a usage event",
+    "calls_after_abort": "calls after the abort",
+    "not_enforced": "of all these, not enforced",
+}
+SHADOW_LABELS = {
+    "decisions": "decisions not enforced",
+    "runs": "runs not enforced",
+    "held_out_runs": "of them held out (the others in shadow mode)",
+}
+WOULD_LABELS = {
+    "runs": "runs that would have been stopped",
+    "ended_by_themselves": "of them ended by themselves",
+    "calls_after": "calls after",
+    "tokens_after": "tokens after",
+}
+
 CSS = """
 :root{--fg:#1d232a;--muted:#5e6873;--line:#d9dee3;--bg:#fff;--soft:#f4f6f8;--warn:#c98a00;--block:#cc3a4b;
 --abort:#5c1522;--allow:#2f7d4f;--bad:#fde8ea;--whatif:#fff4d6}
@@ -190,7 +209,7 @@ def _header(report: dict) -> str:
 def _summary(summary: dict) -> str:
     cards, extra = [], []
     for key, value in summary.items():
-        if key in ("by_action", "by_detector", "what_if"):
+        if key in ("by_action", "by_detector", "what_if", "budgets", "shadow"):
             continue
         if isinstance(value, dict):
             extra.append(_counts_table(key, key, value))
@@ -263,6 +282,63 @@ def _what_if(summary: dict) -> str:
         '<section id="what-if"><h2>What-if</h2><p class="muted">Replayed under another config, '
         f'compared with what was decided.</p><div class="stats">{cards}</div></section>'
     )
+
+
+def _cards(prefix: str, values: dict[str, Any], labels: dict[str, str]) -> str:
+    """A card for each number of `values` (a dict of numbers: one card for each of them),
+    under the data-key `prefix.key`."""
+    cards = []
+    for k, v in values.items():
+        if isinstance(v, dict):
+            cards.append(_cards(f"{prefix}.{k}", v, {n: f"{labels.get(k, k)}: {n}" for n in v}))
+            continue
+        cards.append(
+            f'<div class="stat"><span class="label">{esc(labels.get(k, k))}</span>{_keyed("span", f"{prefix}.{k}", v)}'
+            "</div>"
+        )
+    return "".join(cards)
+
+
+def _panel(title: str, note: str, cards: str, *tables: str) -> str:
+    grid = f'<div class="grid">{"".join(tables)}</div>' if tables else ""
+    return f'<h3>{title}</h3><p class="muted">{note}</p><div class="stats">{cards}</div>{grid}'
+
+
+def _policy(summary: dict[str, Any]) -> str:
+    """Budgets, and the runs not enforced (shadow mode and holdout): what they would have
+    been told, and what they did after the first call that would have been stopped."""
+    b, sh = summary.get("budgets"), summary.get("shadow")
+    parts = []
+    if isinstance(b, dict):
+        parts.append(
+            _panel(
+                "Budgets",
+                "Decisions of the run budget (<code>run_budget</code>), by what they did or, not enforced, would "
+                "have done.",
+                _cards("budgets", {k: v for k, v in b.items() if not isinstance(v, dict)}, BUDGET_LABELS),
+                _counts_table("By warning key", "budgets.by_key", b.get("by_key") or {}),
+            )
+        )
+    if isinstance(sh, dict):
+        would = sh.get("would_stop")
+        parts.append(
+            _panel(
+                "Shadow and held-out runs",
+                "Their decisions are published as allow, with <code>enforced: false</code>; what they would have "
+                "been told:",
+                _cards("shadow", {k: v for k, v in sh.items() if not isinstance(v, dict)}, SHADOW_LABELS),
+                _counts_table("By shadow action", "shadow.by_shadow_action", sh.get("by_shadow_action") or {}),
+                _counts_table("By detector (would not allow)", "shadow.by_detector", sh.get("by_detector") or {}),
+            )
+            + _panel(
+                "After the first call that would have been blocked or aborted",
+                "What those runs did from that point to their end: the tool calls they made and the tokens they "
+                "used (median and 90th percentile over the runs), and how many ended by themselves (a run_end).",
+                _cards("shadow.would_stop", would if isinstance(would, dict) else {}, WOULD_LABELS),
+            )
+        )
+    body = "".join(parts) or '<p class="muted">Not in this report.</p>'
+    return f'<section id="policy"><h2>Budgets and runs not enforced</h2>{body}</section>'
 
 
 def _chart(points: list) -> str:
@@ -471,6 +547,7 @@ def render(report: dict) -> str:
         + _summary(summary)
         + _decisions(report)
         + _what_if(summary)
+        + _policy(summary)
         + _chart(report.get("per_minute") or [])
         + _runs(report)
         + _configs(report.get("configs") or [])

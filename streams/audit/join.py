@@ -1,5 +1,6 @@
 """The join: decisions read from the decisions topic, waiting by `event_id` for the
-event they answer.
+event they answer (kept by `(run_id, seq)`, the pair an `event_id` spells: an event's
+key is then made without formatting a string, twice per event read).
 
 The reader keeps the decisions a grace period ahead of the events in message time, so
 that when an event is folded, the decision recorded for it is already here: it names
@@ -23,6 +24,8 @@ import msgspec
 from detectors.wire import Decision, decode_decision
 
 from .options import ALL_RUNS, Scope
+
+Key = tuple[str, int]  # (run_id, seq): an event_id
 
 
 class Msg(NamedTuple):
@@ -56,20 +59,20 @@ def same_verdict(a: Decision, b: Decision) -> bool:
 
 
 class Join:
-    """Recorded decisions by event_id, until their event is folded or they expire."""
+    """Recorded decisions by event (run_id, seq), until their event is folded or they expire."""
 
     def __init__(self, grace_ms: int, scope: Scope = ALL_RUNS) -> None:
         self.grace_ms = grace_ms
         self.scope = scope
-        self.pending: dict[str, Recorded] = {}
-        self.done: dict[str, tuple[Recorded | None, int]] = {}  # folded event ids, for a late second record
+        self.pending: dict[Key, Recorded] = {}
+        self.done: dict[Key, tuple[Recorded | None, int]] = {}  # folded events, for a late second record
         # Both in the order they came, for expiry (a dict's oldest entry is slow to find
         # once many before it were deleted).
-        self.pending_order: deque[tuple[int, str]] = deque()
-        self.done_order: deque[tuple[int, str]] = deque()
+        self.pending_order: deque[tuple[int, Key]] = deque()
+        self.done_order: deque[tuple[int, Key]] = deque()
         self.counts: Counter[str] = Counter()  # duplicates, late, unreadable_decisions
-        # The decision recorded for an event id, if it is here (it stays here): the
-        # dict's own lookup, asked once per event read.
+        # The decision recorded for an event's (run_id, seq), if it is here (it stays
+        # here): the dict's own lookup, asked once per event read.
         self.lookup = self.pending.get
 
     def offer(self, m: Msg) -> Recorded | None:
@@ -91,7 +94,7 @@ class Join:
             return None
         if scope.owns is not None and not scope.owns(d.run_id):
             return None  # another shard's run
-        eid = d.event_id
+        eid = (d.run_id, d.seq)
         first = self.pending.get(eid)
         if first is None:
             seen = self.done.get(eid)
@@ -112,8 +115,8 @@ class Join:
         first.conflict = True
         return first if eid in self.done else None  # already counted: a conflict instead
 
-    def settle(self, eid: str, ms: int, decided: bool) -> Recorded | None:
-        """The event `eid` was folded at message time `ms` (`decided`: it yielded a
+    def settle(self, eid: Key, ms: int, decided: bool) -> Recorded | None:
+        """The event `eid` (run_id, seq) was folded at message time `ms` (`decided`: it yielded a
         decision): its recorded decision leaves the join, and the id is remembered."""
         rec = self.pending.pop(eid, None)
         if decided or rec is not None:

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from detectors import DetectionConfig
 
+from .shadow import ShadowCounts
 from .tally import Tally
 from .whatif import WhatIfCounts
 
@@ -27,10 +28,11 @@ class Totals(NamedTuple):
     unknown_configs: Counter[str]  # config hashes decisions named, not known here
     what_if: WhatIfCounts
     flagged: list[dict[str, Any]]  # the runs the HTML report shows
+    shadow: ShadowCounts  # budgets and runs not enforced
 
     @classmethod
     def empty(cls) -> Totals:
-        return cls(Tally(), Counter(), Counter(), WhatIfCounts(), [])
+        return cls(Tally(), Counter(), Counter(), WhatIfCounts(), [], ShadowCounts())
 
     def merge(self, other: Totals, max_runs: int) -> None:
         """Add a shard's totals (shards own disjoint runs: nothing is counted twice)."""
@@ -38,6 +40,7 @@ class Totals(NamedTuple):
         self.join.update(other.join)
         self.unknown_configs.update(other.unknown_configs)
         self.what_if.merge(other.what_if)
+        self.shadow.merge(other.shadow)
         room = max_runs - len(self.flagged)
         self.flagged.extend(other.flagged[: max(0, room)])
 
@@ -66,6 +69,7 @@ def summary(t: Totals, what_if: DetectionConfig | None, seconds: float) -> dict[
         "by_action": tally.by(2),
         "by_detector": dict(sorted(tally.by_detector.items())),
         "what_if": t.what_if.summary(what_if) if what_if is not None else None,
+        **t.shadow.summary(),
         "seconds": round(seconds, 3),
         "events_per_s": round(tally.events / seconds) if seconds > 0 else None,
     }

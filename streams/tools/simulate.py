@@ -2,13 +2,22 @@
 
 Each gateway keeps M runs going; each run is one scripted agent: a normal one (every call
 different, so it must never be warned or blocked) or one of the loops of semantics.md,
-as streams/tools/loops.py describes them.
+as streams/tools/loops.py describes them. Before each call the agent reports what its
+model call used (a `usage` event: tokens drawn per run, a price per token), so budgets
+apply and audits can count tokens.
 At the end: decision latency, throughput, loops injected vs caught per detector, and
-normal runs wrongly warned or blocked.
+normal runs wrongly flagged.
+
+With `--holdout P` the simulator first publishes the config topic's current config (or
+an empty one) with `loopwarden.holdoutPercent` set to P, and waits until the worker of
+every events partition decides under it. Held-out runs are not stopped: a loop in one is
+caught when the detector's verdict, in `shadow_action`, would have stopped it; the run
+goes on to its last step and ends by itself.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import random
@@ -17,11 +26,57 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import json5
+
+from detectors import DetectionConfig, load_config
+from detectors.errors import LoopwardenError
+from detectors.policy import POLICY_NAMES
 from detectors.wire import Decision
 
 from ..gateway.client import GatewayClient
+from ..gateway.errors import SettingsError
+from ..gateway.partitioner import partition_for
 from ..gateway.settings import Settings
 from .loops import KINDS, LOOPS, result
+
+PRICE_PER_TOKEN_USD = 0.000002  # what the simulated model charges
+SWITCH_TIMEOUT_S = 60.0  # how long the workers get to switch to a published holdout config
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """`loopwarden simulate`'s command line, as values."""
+
+    gateways: int = 8
+    runs: int = 4
+    seconds: float = 60
+    loop_share: float = 0.3
+    think_ms: tuple[float, float] = (5, 50)
+    seed: int = 1
+    timeout_s: float = 5.0
+    holdout: int | None = None
+    quiet: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> SimOptions:
+        lo, _, hi = args.think_ms.partition(":")
+        try:
+            think = (float(lo), float(hi or lo))
+        except ValueError:
+            raise SettingsError(f"--think-ms {args.think_ms!r} is not LO:HI milliseconds (5:50)") from None
+        if args.holdout is not None and not 0 <= args.holdout <= 100:
+            raise SettingsError(f"--holdout {args.holdout} is not a percentage from 0 to 100")
+        return cls(
+            args.gateways,
+            args.runs,
+            args.seconds,
+            args.loop_share,
+            think,
+            args.seed,
+            args.timeout,
+            args.holdout,
+            args.quiet,
+        )
 
 
 @dataclass
@@ -34,6 +89,10 @@ class Report:
     normal_runs: int = 0
     normal_flagged: int = 0
     degraded: int = 0
+    tokens: int = 0
+    not_enforced: int = 0  # decisions with enforced false (shadow or held out)
+    caught_in_shadow: int = 0  # loops of held-out runs that would have been stopped
+    budget_stops: int = 0  # runs aborted by their budget
     started: float = field(default_factory=time.monotonic)
 
     def summary(self) -> dict:
@@ -64,7 +123,16 @@ class Report:
             "normal_runs": self.normal_runs,
             "normal_runs_wrongly_flagged": self.normal_flagged,
             "degraded_decisions": self.degraded,
+            "tokens": self.tokens,
+            "decisions_not_enforced": self.not_enforced,
+            "loops_caught_in_shadow": self.caught_in_shadow,
+            "runs_stopped_by_budget": self.budget_stops,
         }
+
+
+def _would(d: Decision) -> str:
+    """What a decision does, or would have done when it is not enforced."""
+    return d.action if d.enforced else (d.shadow_action or d.action)
 
 
 class Agent:
@@ -79,49 +147,81 @@ class Agent:
         think: tuple[float, float],
         report: Report,
         on_decision: Callable[[Decision], None] | None,
+        usage: bool = True,
     ) -> None:
         self.c, self.run_id, self.kind, self.rng, self.think = client, run_id, kind, rng, think
         self.report, self.on_decision = report, on_decision
+        # Its model's token counts: drawn from a generator of its own, so that the
+        # calls' generator draws what it drew before usage was reported.
+        self.usage = random.Random(f"{run_id}:usage") if usage else None
+        self.flagged = self.caught = False
 
     async def run(self) -> None:
         kind = KINDS[self.kind]
-        expected, agent = kind.detector, kind.agent_id
-        steps = self.rng.randrange(15, 40) if expected is None else 60
-        flagged = caught = False
+        steps = self.rng.randrange(15, 40) if kind.detector is None else 60
         for i in range(steps):
             if i == kind.compaction_at:
                 await self.c.compaction_retry(self.run_id)
-            tool, params, text, error = kind.step(i, self.rng)
-            t0 = time.perf_counter()
-            d = await self.c.check(self.run_id, tool, params, tool_call_id=f"{self.run_id}-{i}", agent_id=agent)
-            self.report.latencies.append(time.perf_counter() - t0)
-            self.report.checks += 1
-            if d.degraded:
-                self.report.degraded += 1
-            if self.on_decision:
-                self.on_decision(d)
-            if d.level != "none":
-                flagged = True
-                if d.action in ("block", "abort"):
-                    caught = d.detector == expected
-                    break
-            await asyncio.sleep(self.rng.uniform(*self.think))
-            kw = {"result": result(text)} if text is not None else {"error": error}
-            await self.c.result(self.run_id, tool, params, tool_call_id=f"{self.run_id}-{i}", agent_id=agent, **kw)
-            if self.run_id in self.c.aborted:
-                d = self.c.aborted[self.run_id]
-                if self.on_decision:
-                    self.on_decision(d)
-                caught = d.detector == expected
-                flagged = True
+            if await self._step(i):
                 break
         await self.c.end_run(self.run_id)
-        if expected is None:
+        if kind.detector is None:
             self.report.normal_runs += 1
-            self.report.normal_flagged += flagged
+            self.report.normal_flagged += self.flagged
         else:
             self.report.injected[self.kind] = self.report.injected.get(self.kind, 0) + 1
-            self.report.caught[self.kind] = self.report.caught.get(self.kind, 0) + caught
+            self.report.caught[self.kind] = self.report.caught.get(self.kind, 0) + self.caught
+
+    async def _step(self, i: int) -> bool:
+        """One model call and the tool call it asks for; True when the run is stopped."""
+        kind = KINDS[self.kind]
+        agent, call_id = kind.agent_id, f"{self.run_id}-{i}"
+        if self.usage is not None:
+            tokens_in, tokens_out = self.usage.randrange(300, 1500), self.usage.randrange(20, 300)
+            self.report.tokens += tokens_in + tokens_out
+            cost = round((tokens_in + tokens_out) * PRICE_PER_TOKEN_USD, 6)
+            stop = await self.c.usage(
+                self.run_id,
+                input_tokens=tokens_in,
+                output_tokens=tokens_out,
+                cost_usd=cost,
+                model="sim",
+                agent_id=agent,
+            )
+            if stop is not None:
+                return self._saw(stop)
+        tool, params, text, error = kind.step(i, self.rng)
+        t0 = time.perf_counter()
+        d = await self.c.check(self.run_id, tool, params, tool_call_id=call_id, agent_id=agent)
+        self.report.latencies.append(time.perf_counter() - t0)
+        self.report.checks += 1
+        if d.degraded:
+            self.report.degraded += 1
+        if self._saw(d):
+            return True
+        await asyncio.sleep(self.rng.uniform(*self.think))
+        kw = {"result": result(text)} if text is not None else {"error": error}
+        await self.c.result(self.run_id, tool, params, tool_call_id=call_id, agent_id=agent, **kw)
+        stop = self.c.aborted.get(self.run_id)
+        return stop is not None and self._saw(stop)
+
+    def _saw(self, d: Decision) -> bool:
+        """Take a decision in; True when it stops the run."""
+        if self.on_decision:
+            self.on_decision(d)
+        if not d.enforced:
+            self.report.not_enforced += 1
+        if d.detector in POLICY_NAMES:  # a budget (or the fleet): not a loop detector's verdict
+            if d.action == "abort" and d.detector == "run_budget":
+                self.report.budget_stops += 1
+            return d.action in ("block", "abort")
+        if d.level != "none":
+            self.flagged = True
+        would = _would(d)
+        if would in ("block", "abort") and not self.caught:
+            self.caught = d.detector == KINDS[self.kind].detector
+            self.report.caught_in_shadow += self.caught and not d.enforced
+        return d.action in ("block", "abort")
 
 
 async def simulate(
@@ -135,42 +235,27 @@ async def simulate(
     timeout_s: float = 5.0,
     on_decision: Callable[[Decision], None] | None = None,
     progress: bool = True,
+    usage: bool = True,
 ) -> Report:
     report = Report()
     deadline = time.monotonic() + seconds
     kinds = list(LOOPS)
     think = (think_ms[0] / 1000, think_ms[1] / 1000)
-    counter = 0
 
     async def slot(client: GatewayClient, g: int, s: int) -> None:
-        nonlocal counter
         rng = random.Random(seed * 1000003 + g * 1009 + s)
         n = 0
         while time.monotonic() < deadline:
             kind = kinds[(n + s) % len(kinds)] if rng.random() < loop_share else "normal"
-            counter += 1
-            await Agent(client, f"sim-{seed}-g{g}-s{s}-r{n}", kind, rng, think, report, on_decision).run()
+            run_id = f"sim-{seed}-g{g}-s{s}-r{n}"
+            await Agent(client, run_id, kind, rng, think, report, on_decision, usage).run()
             n += 1
 
     async def gateway(g: int) -> None:
         async with GatewayClient(gateway_id=f"sim-gw-{g:02d}", settings=settings, timeout_s=timeout_s) as client:
             await asyncio.gather(*(slot(client, g, s) for s in range(runs)))
 
-    async def ticker() -> None:
-        while time.monotonic() < deadline:
-            await asyncio.sleep(1.0)
-            s = report.summary()
-            caught = sum(report.caught.values())
-            print(
-                f"\r{s['seconds']:6.0f}s  checks {s['checks']:7d} ({s['checks_per_s']:.0f}/s)  "
-                f"p99 {s['latency_ms']['p99']} ms  loops caught {caught}/{sum(report.injected.values())}  "
-                f"normal flagged {report.normal_flagged}/{report.normal_runs}   ",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    tick = asyncio.create_task(ticker()) if progress else None
+    tick = asyncio.create_task(_ticker(report, deadline)) if progress else None
     try:
         await asyncio.gather(*(gateway(g) for g in range(gateways)))
     finally:
@@ -180,21 +265,90 @@ async def simulate(
     return report
 
 
-def main_simulate(settings: Settings, args) -> int:
-    lo, _, hi = args.think_ms.partition(":")
-    rep = asyncio.run(
-        simulate(
-            settings,
-            args.gateways,
-            args.runs,
-            args.seconds,
-            args.loop_share,
-            (float(lo), float(hi or lo)),
-            args.seed,
-            args.timeout,
-            progress=not args.quiet,
+async def _ticker(report: Report, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+        s = report.summary()
+        caught = sum(report.caught.values())
+        print(
+            f"\r{s['seconds']:6.0f}s  checks {s['checks']:7d} ({s['checks_per_s']:.0f}/s)  "
+            f"p99 {s['latency_ms']['p99']} ms  loops caught {caught}/{sum(report.injected.values())}  "
+            f"normal flagged {report.normal_flagged}/{report.normal_runs}   ",
+            end="",
+            file=sys.stderr,
+            flush=True,
         )
+
+
+async def publish_holdout(settings: Settings, percent: int) -> tuple[str, DetectionConfig]:
+    """Publish the config topic's current config (an empty one when there is none) with
+    `loopwarden.holdoutPercent` set to `percent`, and make it current: (its id, it)."""
+    from ..admin.config_topic import publish_config, read_configs
+
+    history = await read_configs(settings)
+    got = history.configs.get(history.current) if history.current is not None else None
+    doc = json5.loads(got[0].decode("utf-8")) if got is not None else {}
+    if not isinstance(doc, dict):
+        doc = {}
+    block = doc.get("loopwarden")
+    doc["loopwarden"] = {**(block if isinstance(block, dict) else {}), "holdoutPercent": percent}
+    text = json.dumps(doc, indent=2).encode()
+    source = f"loopwarden simulate --holdout {percent}"
+    cid = await publish_config(settings, text, source, warn=lambda w: print(f"warning: {source}: {w}", file=sys.stderr))
+    return cid, load_config(text, source=source)
+
+
+async def wait_for_config(
+    settings: Settings, config: DetectionConfig, seed: int, timeout: float, answer_s: float = 5.0
+) -> None:
+    """Until a probe run on every partition of the events topic is decided under
+    `config` (its default agent's hash), or LoopwardenError after `timeout` seconds;
+    `answer_s`: how long a probe waits for its decision."""
+    want = config.for_agent(None).config_hash
+    runs: dict[int, str] = {}
+    k = 0
+    while len(runs) < settings.partitions:  # one run id per partition
+        run_id = f"sim-{seed}-probe-{k}"
+        runs.setdefault(partition_for(run_id.encode(), settings.partitions), run_id)
+        k += 1
+    deadline = time.monotonic() + timeout
+    async with GatewayClient(gateway_id="sim-probe", settings=settings, timeout_s=answer_s) as client:
+
+        async def switched(run_id: str) -> bool:
+            d = await client.check(run_id, "sim_probe", {})
+            await client.end_run(run_id)
+            return not d.degraded and d.config_hash == want
+
+        attempt = 0
+        while runs:
+            probed = list(runs.items())
+            answers = await asyncio.gather(*(switched(f"{run_id}-{attempt}") for _, run_id in probed))
+            for (p, _), ok in zip(probed, answers, strict=True):
+                if ok:
+                    del runs[p]
+            if runs and time.monotonic() > deadline:
+                raise LoopwardenError(
+                    f"no worker decided calls on {len(runs)} of the events topic's {settings.partitions} partitions "
+                    f"under the published config within {timeout:.0f} s: is a worker running there? Workers pinned "
+                    "with --config do not follow the config topic: set loopwarden.holdoutPercent in their file"
+                )
+            attempt += 1
+            if runs:
+                await asyncio.sleep(0.5)
+
+
+async def _main(settings: Settings, o: SimOptions) -> Report:
+    if o.holdout is not None:
+        cid, config = await publish_holdout(settings, o.holdout)
+        print(f"published config {cid[:12]} (holdoutPercent {o.holdout}); waiting for the workers", file=sys.stderr)
+        await wait_for_config(settings, config, o.seed, SWITCH_TIMEOUT_S, o.timeout_s)
+    return await simulate(
+        settings, o.gateways, o.runs, o.seconds, o.loop_share, o.think_ms, o.seed, o.timeout_s, progress=not o.quiet
     )
+
+
+def main_simulate(settings: Settings, args: argparse.Namespace) -> int:
+    rep = asyncio.run(_main(settings, SimOptions.from_args(args)))
     print(json.dumps(rep.summary(), indent=2))
     ok = rep.normal_flagged == 0 and all(rep.caught.get(k, 0) == v for k, v in rep.injected.items())
     return 0 if ok else 2  # cli.ExitCode.FOUND

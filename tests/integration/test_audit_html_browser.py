@@ -34,6 +34,23 @@ PROBE = """JSON.stringify({
   bars: document.querySelectorAll("svg.chart g").length,
   overflows: document.documentElement.scrollWidth > document.documentElement.clientWidth,
 })"""
+# The budgets and shadow section as the reader sees it: its box, its headings, and each
+# number shown in it (visible: laid out with a size), by data-key.
+POLICY = """(() => {
+  const s = document.getElementById("policy");
+  const r = s.getBoundingClientRect();
+  const shown = {};
+  for (const e of s.querySelectorAll("[data-key]")) {
+    const b = e.getBoundingClientRect();
+    const visible = b.width > 0 && b.height > 0 && getComputedStyle(e).visibility !== "hidden";
+    if (visible) shown[e.dataset.key] = e.textContent;
+  }
+  return JSON.stringify({
+    box: [r.x, r.y + window.scrollY, r.width, r.height],
+    headings: Array.from(s.querySelectorAll(":scope > h2, :scope > h3")).map(h => h.textContent),
+    shown,
+  });
+})()"""
 FILTER = """(() => {
   const f = document.getElementById("run-filter");
   f.value = "RUN-ABORT";
@@ -172,7 +189,19 @@ async def visit(browser: Browser, page: Path) -> dict:
             browser.events.clear()
             await browser.call(ws, "Page.navigate", s, url=page.as_uri())
             await asyncio.wait_for(browser.event("Page.loadEventFired"), 10)
+            policy = await browser.evaluate(ws, s, POLICY)
+            x, y, w, h = policy["box"]
+            shot = await browser.call(
+                ws,
+                "Page.captureScreenshot",
+                s,
+                format="png",
+                captureBeyondViewport=True,
+                clip={"x": x, "y": y, "width": w, "height": h, "scale": 1},
+            )
             out = {
+                "policy": policy,
+                "policy_png": base64.b64decode(shot["data"]),
                 "probe": await browser.evaluate(ws, s, PROBE),
                 "filtered": await browser.evaluate(ws, s, FILTER),
                 "dom": (
@@ -276,6 +305,22 @@ def test_the_report_in_headless_chromium(tmp_path):
     dom = Page(out["dom"])
     assert sorted(dom.keyed) == sorted(summary_leaves(report["summary"]).items())
     assert ("by_detector." + HOSTILE, "21") in dom.keyed
+
+    # The budgets and shadow section: laid out, every number of the summary's budgets and
+    # shadow parts shown in it and legible (a box with a size), drawn (its picture is not blank).
+    policy = out["policy"]
+    assert policy["headings"] == [
+        "Budgets and runs not enforced",
+        "Budgets",
+        "Shadow and held-out runs",
+        "After the first call that would have been blocked or aborted",
+    ]
+    leaves = summary_leaves(report["summary"])
+    assert policy["shown"] == {k: v for k, v in leaves.items() if k.split(".")[0] in ("budgets", "shadow")}
+    assert policy["shown"]["shadow.would_stop.tokens_after.p90"] == "98765"
+    width, height, rows = png_pixels(out["policy_png"])
+    assert width > 600 and height > 200 and abs(height - policy["box"][3]) <= 2
+    assert len({row[i : i + 3] for row in rows[::3] for i in range(0, len(row), 9)}) > 20
 
     # A real screenshot: the viewport's size, many colours, mostly but not only background.
     png = out["png"]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 from detectors import DetectionConfig, decode_event, encode, replay
+from detectors.policy import held_out
 from streams.audit.core import Audit, ConfigBook, Msg
 from streams.audit.options import Scope, Window
 from streams.audit.report import Totals, report, summary
@@ -209,3 +211,126 @@ def test_decisions_under_an_unknown_config_are_counted_once_each():
     a.events(msgs(evs, "run_id"))
     a.finish()
     assert a.summary(1.0)["unknown_configs"] == {"f" * 64: len(ds)}
+
+
+def offline_policy(events: list[dict], config_for_run) -> dict:
+    """The audit's `budgets` and `shadow` summary, computed from `detectors.replay` alone:
+    each run's events replayed under `config_for_run(run_id)` (a DetectionConfig), each
+    run followed from its first decision not enforced whose shadow action is block or
+    abort (the calls and tokens of its later events, and whether a run_end came)."""
+    runs: dict[str, list] = {}
+    for e in events:
+        runs.setdefault(e["run_id"], []).append(decode_event(json.dumps(e)))
+    budgets, keys, actions, detectors = Counter(), Counter(), Counter(), Counter()
+    shadow_runs, held_out, after = set(), set(), []
+    for run_id, evs in runs.items():
+        config = config_for_run(run_id)
+        decided = {d.seq: d for d in replay(evs, config)}
+        point = None
+        for i, ev in enumerate(evs):
+            d = decided.get(ev.seq)
+            if d is None:
+                continue
+            would = d.action if d.enforced else d.shadow_action
+            if d.detector == "run_budget":
+                if would == "warn":
+                    budgets["warnings"] += 1
+                elif d.warning_key is None:
+                    budgets["calls_after_abort"] += 1
+                else:
+                    budgets["aborts"] += 1
+                    budgets["aborts_on_usage"] += d.tool_name is None
+                budgets["not_enforced"] += not d.enforced
+                keys[d.warning_key] += d.warning_key is not None
+            if d.enforced:
+                continue
+            shadow_runs.add(run_id)
+            if config.for_agent(d.agent_id).enforce:
+                held_out.add(run_id)
+            actions[would] += 1
+            if would != "allow":
+                detectors[d.detector] += 1
+            if point is None and would in ("block", "abort"):
+                point = i
+        if point is not None:
+            rest = evs[point + 1 :]
+            calls = sum(type(ev).__name__ == "ToolCall" for ev in rest)
+            tokens = sum(ev.input_tokens + ev.output_tokens for ev in rest if type(ev).__name__ == "Usage")
+            after.append((calls, tokens, any(type(ev).__name__ == "RunEnd" for ev in rest)))
+
+    def rank(values, p):
+        return sorted(values)[max(0, -(-p * len(values) // 100) - 1)] if values else None
+
+    def spread(values):
+        return {"median": rank(values, 50), "p90": rank(values, 90)}
+
+    return {
+        "budgets": {
+            **{k: budgets[k] for k in ("warnings", "aborts", "aborts_on_usage", "calls_after_abort", "not_enforced")},
+            "by_key": dict(sorted((k, n) for k, n in keys.items() if n)),
+        },
+        "shadow": {
+            "decisions": sum(actions.values()),
+            "runs": len(shadow_runs),
+            "held_out_runs": len(held_out),
+            "by_shadow_action": {a: actions[a] for a in ("allow", "warn", "block", "abort")},
+            "by_detector": dict(sorted(detectors.items())),
+            "would_stop": {
+                "runs": len(after),
+                "ended_by_themselves": sum(1 for *_, ended in after if ended),
+                "calls_after": spread([c for c, _, _ in after]),
+                "tokens_after": spread([t for _, t, _ in after]),
+            },
+        },
+    }
+
+
+def with_usage(evs: list[dict], tokens=(700, 90)) -> list[dict]:
+    """The run's events with a usage event before each call (seqs renumbered)."""
+    out = []
+    for e in evs:
+        if e["type"] == "tool_call":
+            u = {"type": "usage", "run_id": e["run_id"], "gateway_id": e["gateway_id"], "ts": e["ts"] - 1}
+            out.append({**u, "input_tokens": tokens[0], "output_tokens": tokens[1], "cost_usd": 0.001})
+        out.append(dict(e))
+    for i, e in enumerate(out):
+        e["seq"] = i
+    return out
+
+
+def test_budgets_and_held_out_runs_are_counted_as_an_offline_replay_counts_them():
+    held = [r for r in (f"run-{i}" for i in range(40)) if held_out(r, 50)][:3]
+    kept = [r for r in (f"run-{i}" for i in range(40)) if not held_out(r, 50)][:2]
+    config = {
+        **ON,
+        "agents": {"list": [{"id": "main", "default": True}, {"id": "trial", "loopwarden": {"enforce": False}}]},
+        "loopwarden": {"holdoutPercent": 50, "budgets": {"runTokens": 5000}},
+    }
+    evs = []
+    for k, run in enumerate(held + kept):
+        run_evs = run_events(run, n=4 + 3 * k, t0=1_000_000 + k)
+        if k % 2:  # every call different: no loop, so budget warnings are given
+            run_evs = [dict(e, params={"p": e["seq"] // 2}) for e in run_evs]
+        run_evs = with_usage(run_evs)
+        if k == 1:  # never ends
+            run_evs = run_evs[:-1] if run_evs[-1]["type"] == "run_end" else run_evs
+        else:
+            end = {"type": "run_end", "run_id": run, "seq": len(run_evs), "gateway_id": "gw"}
+            run_evs.append({**end, "ts": run_evs[-1]["ts"] + 1})
+        evs += run_evs
+    evs += [dict(e, agent_id="trial") for e in with_usage(run_events(kept[0] + "-trial", n=7, t0=2_000_000))]
+    ds = decided(evs, config)
+    a = audit()
+    a.configs.add(DetectionConfig(config), "pinned", None)
+    for m in msgs(ds, "gateway_id"):
+        a.recorded(m)
+    a.events(msgs(sorted(evs, key=lambda e: e["ts"]), "run_id"))
+    a.finish()
+    s = a.summary(1.0)
+    want = offline_policy(evs, lambda run_id: DetectionConfig(config))
+    assert {k: s[k] for k in ("budgets", "shadow")} == want
+    assert want["budgets"]["aborts"] > 0 and want["budgets"]["warnings"] > 0
+    w = want["shadow"]
+    assert w["would_stop"]["runs"] >= 3 and 0 < w["would_stop"]["ended_by_themselves"] < w["would_stop"]["runs"]
+    assert 0 < w["held_out_runs"] < w["runs"]  # the trial agent's run is in shadow mode
+    assert s["matched"] == len(ds) and a.clean()

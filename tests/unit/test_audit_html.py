@@ -88,6 +88,27 @@ def sample_report(*, what_if: bool = True, runs: bool = True, minutes: int = 300
             if what_if
             else None
         ),
+        "budgets": {
+            "warnings": 31,
+            "aborts": 4,
+            "aborts_on_usage": 3,
+            "calls_after_abort": 9,
+            "not_enforced": 6,
+            "by_key": {"budget:tokens": 4, "budget:tokens:80": 20, "budget:calls:95": 11},
+        },
+        "shadow": {
+            "decisions": 480,
+            "runs": 17,
+            "held_out_runs": 12,
+            "by_shadow_action": {"allow": 400, "warn": 50, "block": 22, "abort": 8},
+            "by_detector": {"ping_pong": 52, HOSTILE: 28},
+            "would_stop": {
+                "runs": 7,
+                "ended_by_themselves": 5,
+                "calls_after": {"median": 12, "p90": 41},
+                "tokens_after": {"median": 23_456, "p90": 98_765},
+            },
+        },
         "seconds": 12.3456789,
         "events_per_s": 9748.123456789,
     }
@@ -220,10 +241,35 @@ def test_every_summary_value_is_shown_once_under_its_data_key():
     report = sample_report()
     page = Page(render(report))
     expected = summary_leaves(report["summary"])
-    assert len(expected) == 12 + 4 + 3 + 7
+    assert len(expected) == 12 + 4 + 3 + 7 + 5 + 3 + 3 + 4 + 2 + 6
     assert sorted(page.keyed) == sorted(expected.items())
     assert dict(page.keyed)["seconds"] == "12.3456789"
     assert dict(page.keyed)["what_if.newly_blocked"] == "7"
+    assert dict(page.keyed)["shadow.would_stop.tokens_after.p90"] == "98765"
+    assert dict(page.keyed)["budgets.by_key.budget:calls:95"] == "11"
+
+
+def test_budgets_and_runs_not_enforced_have_a_section_of_their_own():
+    report = sample_report()
+    html = render(report)
+    section = html.split('<section id="policy">')[1].split("</section>")[0]
+    page = Page(section)
+    keys = dict(page.keyed)
+    assert {k for k in keys if k.split(".")[0] in ("budgets", "shadow")} == set(keys)
+    assert keys["shadow.by_detector." + HOSTILE] == "28" and HOSTILE not in section
+    text = "".join(page.text)
+    for label in ("runs that would have been stopped", "of them ended by themselves", "tokens after: p90"):
+        assert label in text, label
+    # No runs would have been stopped: the spreads are null, shown as such.
+    report["summary"]["shadow"]["would_stop"] = {
+        "runs": 0,
+        "ended_by_themselves": 0,
+        "calls_after": {"median": None, "p90": None},
+        "tokens_after": {"median": None, "p90": None},
+    }
+    page = Page(render(report))
+    assert dict(page.keyed)["shadow.would_stop.calls_after.median"] == "null"
+    assert sorted(page.keyed) == sorted(summary_leaves(report["summary"]).items())
 
 
 def test_what_if_null_and_no_runs():

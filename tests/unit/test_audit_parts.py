@@ -11,9 +11,10 @@ import pickle
 import pytest
 
 from detectors import DetectionConfig, Folded, SetAside, decode_event, fold, replay
-from detectors.wire import Decision, decode_decision
+from detectors.wire import Decision, Usage, decode_decision
 from streams.audit.join import Join, Msg
 from streams.audit.options import AuditOptions, Scope, Window
+from streams.audit.shadow import Shadow, ShadowCounts, nearest_rank
 from streams.audit.tally import Tally
 from streams.audit.timelines import Timelines
 from streams.audit.whatif import WhatIf, WhatIfCounts, changes
@@ -94,10 +95,10 @@ def test_a_recorded_decision_waits_by_event_id_until_its_event_is_settled():
     d = decision()
     j = Join(grace_ms=1000)
     assert j.offer(rec_msg(d, 5000)) is None
-    assert j.lookup(d.event_id).decision == d  # looked up, it stays
-    rec = j.settle(d.event_id, 5001, decided=True)
+    assert j.lookup((d.run_id, d.seq)).decision == d  # looked up, it stays
+    rec = j.settle((d.run_id, d.seq), 5001, decided=True)
     assert rec is not None and rec.decision == d and not j.pending
-    assert j.settle(d.event_id, 5001, decided=True) is None  # taken once
+    assert j.settle((d.run_id, d.seq), 5001, decided=True) is None  # taken once
 
 
 def test_a_second_record_is_a_duplicate_a_conflict_or_late():
@@ -108,18 +109,18 @@ def test_a_second_record_is_a_duplicate_a_conflict_or_late():
     assert j.counts["duplicates"] == 1
     other = decision(action="block", level="critical", detector="generic_repeat", count=9)
     assert j.offer(rec_msg(other, 5002, 2)) is None  # not counted yet: a conflict, found when settled
-    rec = j.settle(d.event_id, 5003, decided=True)
+    rec = j.settle((d.run_id, d.seq), 5003, decided=True)
     assert rec.conflict
     # Settled and counted, then recorded with another verdict: handed back to be counted again.
     d2 = decision(seq=2, event_id="r:2")
     j.offer(rec_msg(d2, 6000))
-    counted = j.settle("r:2", 6001, decided=True)
+    counted = j.settle(("r", 2), 6001, decided=True)
     again = j.offer(rec_msg(decision(seq=2, event_id="r:2", action="warn"), 6002))
     assert again is counted and again.conflict
     # An event folded with nothing recorded, its decision recorded after: late.
-    j.settle("r:4", 6003, decided=True)
+    j.settle(("r", 4), 6003, decided=True)
     assert j.offer(rec_msg(decision(seq=4, event_id="r:4"), 6004)) is None
-    assert j.counts["late"] == 1 and "r:4" not in j.pending
+    assert j.counts["late"] == 1 and ("r", 4) not in j.pending
 
 
 def test_decisions_expire_a_grace_period_after_the_horizon_and_the_rest_at_the_end():
@@ -131,11 +132,11 @@ def test_decisions_expire_a_grace_period_after_the_horizon_and_the_rest_at_the_e
     assert [r.decision for r in j.expire(2001)] == [a]
     assert [r.decision for r in j.finish()] == [b] and not j.pending
     # Folded ids are forgotten a second grace period later: a record then is new again.
-    j.settle("r:6", 10_000, decided=True)
+    j.settle(("r", 6), 10_000, decided=True)
     j.expire(11_500)
-    assert "r:6" in j.done
+    assert ("r", 6) in j.done
     j.expire(12_001)
-    assert "r:6" not in j.done
+    assert ("r", 6) not in j.done
 
 
 def test_the_join_keeps_only_its_scope_and_the_first_shard_counts_unreadable_records():
@@ -255,3 +256,88 @@ def test_timelines_keep_the_last_entries_and_report_only_flagged_runs():
     assert [e["seq"] for e in run["timeline"]] == [2, 3, 4, 5]
     assert run["timeline"][2]["replayed"]["action"] == "block" and run["timeline"][2]["what_if"] is None
     assert not t.open
+
+
+# -- budgets and runs not enforced -------------------------------------------------------------
+
+
+def test_nearest_rank():
+    assert nearest_rank([], 50) is None
+    assert nearest_rank([7], 90) == 7
+    assert nearest_rank([4, 1, 3, 2], 50) == 2  # the lower middle: a value some run had
+    assert [nearest_rank(list(range(1, 11)), p) for p in (50, 90, 100)] == [5, 9, 10]
+
+
+def usage_event(seq: int, tokens: int, run: str = "r") -> Usage:
+    return decode_event(
+        json.dumps(
+            {"type": "usage", "run_id": run, "seq": seq, "gateway_id": "gw", "input_tokens": tokens, "output_tokens": 1}
+        )
+    )
+
+
+def test_a_run_not_enforced_is_followed_from_its_first_would_be_stop_to_its_end():
+    evs = [decode_event(json.dumps(e)) for e in run_events(n=4)]  # seq 0..7
+    trial = DetectionConfig({"agents": {"list": [{"id": "trial", "loopwarden": {"enforce": False}}]}})
+    sh = Shadow(lambda h: trial)
+    told = decision(enforced=False, action="allow", shadow_action="allow")
+    sh.decision(evs[0], told)
+    assert not sh.watching
+    sh.decision(evs[2], decision(enforced=False, action="allow", shadow_action="block", detector="generic_repeat"))
+    for ev in (evs[3], usage_event(9, 99), evs[4], evs[6]):
+        sh.event(ev)
+    sh.decision(evs[4], decision(enforced=False, action="allow", shadow_action="abort", detector="generic_repeat"))
+    sh.event(decode_event(json.dumps({"type": "run_end", "run_id": "r", "seq": 10, "gateway_id": "gw"})))
+    # Another run, held out (its agent enforces), stopped by a usage event's budget abort; it never ends.
+    spent = decision(
+        run_id="h",
+        enforced=False,
+        action="allow",
+        shadow_action="abort",
+        detector="run_budget",
+        tool_name=None,
+        warning_key="budget:tokens",
+        agent_id="main",
+    )
+    sh.decision(usage_event(0, 10, "h"), spent)
+    sh.event(decode_event(json.dumps(dict(run_events("h", n=1)[0], seq=1))))
+    sh.finish()
+    s = sh.counts.summary()
+    assert s["shadow"]["would_stop"] == {
+        "runs": 2,
+        "ended_by_themselves": 1,
+        "calls_after": {"median": 1, "p90": 2},
+        "tokens_after": {"median": 0, "p90": 100},
+    }
+    assert s["shadow"]["by_shadow_action"] == {"allow": 1, "warn": 0, "block": 1, "abort": 2}
+    assert s["shadow"]["by_detector"] == {"generic_repeat": 2, "run_budget": 1}
+    assert (s["shadow"]["runs"], s["shadow"]["held_out_runs"]) == (2, 1)
+    assert s["budgets"]["aborts"] == s["budgets"]["aborts_on_usage"] == s["budgets"]["not_enforced"] == 1
+
+
+def test_budget_decisions_are_counted_by_what_they_do():
+    sh = Shadow(lambda h: None)
+    ev = decode_event(json.dumps(run_events(n=1)[0]))
+    for kw in (
+        dict(action="warn", warning_key="budget:tokens:80"),
+        dict(action="warn", warning_key="budget:tokens:95"),
+        dict(action="abort", warning_key="budget:calls"),
+        dict(action="abort", warning_key=None),  # a call after the abort
+        dict(action="allow", enforced=False, shadow_action="warn", warning_key="budget:cost:80"),
+    ):
+        sh.decision(ev, decision(detector="run_budget", level="warning", **kw))
+    sh.finish()
+    b = sh.counts.summary()["budgets"]
+    assert b == {
+        "warnings": 3,
+        "aborts": 1,
+        "aborts_on_usage": 0,
+        "calls_after_abort": 1,
+        "not_enforced": 1,
+        "by_key": {"budget:calls": 1, "budget:cost:80": 1, "budget:tokens:80": 1, "budget:tokens:95": 1},
+    }
+    assert sh.counts.summary()["shadow"]["decisions"] == 1 and not sh.watching
+    merged = ShadowCounts()
+    merged.merge(pickle.loads(pickle.dumps(sh.counts)))
+    merged.merge(sh.counts)
+    assert merged.summary()["budgets"]["warnings"] == 6

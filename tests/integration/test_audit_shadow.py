@@ -1,0 +1,157 @@
+"""An audit of a simulated fleet with runs held out and an agent in shadow mode, on a
+real broker and worker: `loopwarden simulate --holdout 20` publishes the config with
+`holdoutPercent` 20 and waits until the worker (following the config topic) decides
+under it; the audit then reports what the runs not enforced would have been told and
+what they did after their first call that would have been stopped, and its budget
+counts, exactly as an offline replay of the events read back from the topic computes
+them (tests/unit/test_audit_core.py's `offline_policy`, built on `detectors.replay`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from detectors import DetectionConfig
+from streams.admin.config_topic import publish_config
+from streams.audit.core import agent_hashes
+from streams.tools.launch import Worker, command
+from tests.integration.harness import ROOT, audit, consume, new_prefix, setup_topics
+from tests.unit.test_audit_core import offline_policy
+
+pytestmark = pytest.mark.integration
+
+BASE = {
+    "tools": {
+        "loopDetection": {
+            "enabled": True,
+            "historySize": 30,
+            "warningThreshold": 10,
+            "criticalThreshold": 20,
+            "unknownToolThreshold": 10,
+            "globalCircuitBreakerThreshold": 30,
+        }
+    },
+    "agents": {
+        "list": [
+            {"id": "main", "default": True},
+            # the simulator's breaker agents, in shadow mode: their loops run on, as held-out ones do
+            {
+                "id": "no-generic",
+                "tools": {"loopDetection": {"detectors": {"genericRepeat": False}}},
+                "loopwarden": {"enforce": False},
+            },
+        ]
+    },
+    "loopwarden": {"budgets": {"runTokens": 30000}},
+}
+HELD_OUT = {**BASE, "loopwarden": {**BASE["loopwarden"], "holdoutPercent": 20}}
+
+
+async def _read_all(bootstrap: str, topic: str) -> list[dict]:
+    """Every record of the topic, each partition's in offset order."""
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await c.start()
+    try:
+        await c._client.force_metadata_update()  # the consumer learns of a topic only when asked
+        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
+        assert tps, f"no partitions of {topic}"
+        c.assign(tps)
+        ends = await c.end_offsets(tps)
+        await c.seek_to_beginning(*tps)
+        out: dict[int, list[dict]] = {tp.partition: [] for tp in tps}
+        while any(len(out[tp.partition]) < ends[tp] for tp in tps):
+            for tp, records in (await c.getmany(timeout_ms=1000)).items():
+                out[tp.partition].extend(json.loads(r.value) for r in records if r.offset < ends[tp])
+        return [e for p in sorted(out) for e in out[p]]
+    finally:
+        await c.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet(bootstrap, tmp_path_factory):
+    """A simulated fleet decided by a worker that follows the config topic, 20 percent
+    of its runs held out by `simulate --holdout 20`: (prefix, events, decisions, the
+    simulator's report)."""
+    tmp = tmp_path_factory.mktemp("shadow")
+    prefix = new_prefix()
+    s = setup_topics(bootstrap, prefix)
+    asyncio.run(publish_config(s, json.dumps(BASE).encode(), "base.json"))
+    worker = Worker(
+        ["--bootstrap", bootstrap, "--topic-prefix", prefix, "--data-dir", str(tmp / "data")],
+        tmp / "worker.log",
+        cwd=ROOT,
+        stop_timeout=30,
+    )
+    worker.start()
+    try:
+        sim = subprocess.run(
+            command(
+                "simulate",
+                "--bootstrap",
+                bootstrap,
+                "--topic-prefix",
+                prefix,
+                "--gateways",
+                "3",
+                "--runs",
+                "4",
+                "--seconds",
+                "15",
+                "--loop-share",
+                "0.5",
+                "--think-ms",
+                "2:10",
+                "--seed",
+                "7",
+                "--holdout",
+                "20",
+                "--quiet",
+            ),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert sim.returncode in (0, 2) and sim.stdout, sim.stderr
+        events = asyncio.run(_read_all(bootstrap, s.events_topic))
+        want = sum(1 for e in events if e["type"] == "tool_call") + sum(1 for e in events if e["type"] == "usage")
+        # Every call has a decision; a usage event only when it spends a budget: wait until
+        # the count stops growing past the calls'.
+        got = consume(bootstrap, s.decisions_topic, want - sum(e["type"] == "usage" for e in events), settle=3.0)
+        decisions = [json.loads(m.value) for m in got]
+    finally:
+        worker.stop()
+    return prefix, events, decisions, json.loads(sim.stdout)
+
+
+def test_an_audit_reports_held_out_runs_as_an_offline_replay_of_the_topic_does(bootstrap, fleet):
+    prefix, events, decisions, report = fleet
+    # Each run was decided under one config: the base (the simulator's probes before the
+    # switch) or the one with holdoutPercent 20; the decisions name it by hash.
+    configs = {h: DetectionConfig(c) for c in (BASE, HELD_OUT) for h in agent_hashes(DetectionConfig(c)).values()}
+    run_config: dict[str, DetectionConfig] = {}
+    for d in decisions:
+        run_config.setdefault(d["run_id"], configs[d["config_hash"]])
+    assert any(d["config_hash"] == agent_hashes(DetectionConfig(HELD_OUT))["(default)"] for d in decisions)
+    want = offline_policy(events, lambda run_id: run_config[run_id])
+
+    code, out = audit(bootstrap, prefix)
+    assert code == 0, out
+    assert out["matched"] == out["decisions_recorded"] == len(decisions)
+    assert {k: out[k] for k in ("budgets", "shadow")} == want
+
+    # The fleet has what the report is for: held-out runs and a shadow agent's, calls
+    # that would have been stopped, runs that went on and ended by themselves.
+    shadow = want["shadow"]
+    assert 0 < shadow["held_out_runs"] < shadow["runs"]
+    assert shadow["by_shadow_action"]["block"] + shadow["by_shadow_action"]["abort"] > 0
+    would = shadow["would_stop"]
+    assert would["runs"] > 0 and would["ended_by_themselves"] == would["runs"]  # every simulated run ends
+    assert would["calls_after"]["p90"] >= would["calls_after"]["median"] > 0
+    assert would["tokens_after"]["median"] > 0
+    assert want["budgets"]["warnings"] > 0
+    assert report["decisions_not_enforced"] > 0 and report["tokens"] > 0
