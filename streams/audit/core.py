@@ -74,7 +74,17 @@ _VALUE = attrgetter("value")
 class Replayer:
     """The audit's fold: each event replayed under the config its recorded decision
     names (a known one), else under the one its run's last such decision named, else
-    the current config; the runs' states between chunks."""
+    the current config; the runs' states between chunks.
+
+    The recorded decision is looked up once per event, in `_config_for`, right before
+    the fold applies the event: it is where whatever else a call was judged with joins
+    the replay. With the fleet (semantics.md section 9), a decision's `fleet_signal`
+    names the breaker or stop order the worker applied: the fold is then given a
+    FleetView that `_config_for` sets to hold just that record (read from the fleet
+    topic, by id), so a fleet-blocked call replays as it was decided; and the calls the
+    event-time rule would have judged otherwise are found by a second fold beside this
+    one, with the breaker's rule (`fold(..., breakers=...)`), paired as what-if's is
+    (whatif.py)."""
 
     def __init__(self, configs: ConfigBook, join: Join, max_event_bytes: int = 1 << 20) -> None:
         self.configs = configs

@@ -183,7 +183,7 @@ def _minute(text: Any) -> int | None:
 # ---------------------------------------------------------------- sections
 
 
-def _header(report: dict) -> str:
+def _header(report: dict[str, Any]) -> str:
     r = report.get("range") or {}
     s = report.get("summary") or {}
     topics = r.get("topics") or {}
@@ -206,7 +206,7 @@ def _header(report: dict) -> str:
     )
 
 
-def _summary(summary: dict) -> str:
+def _summary(summary: dict[str, Any]) -> str:
     cards, extra = [], []
     for key, value in summary.items():
         if key in ("by_action", "by_detector", "what_if", "budgets", "shadow"):
@@ -222,7 +222,7 @@ def _summary(summary: dict) -> str:
     return f'<section id="summary"><h2>Summary</h2><div class="stats">{"".join(cards)}</div>{"".join(extra)}</section>'
 
 
-def _counts_table(title: str, prefix: str, counts: dict, total: int | None = None) -> str:
+def _counts_table(title: str, prefix: str, counts: dict[str, Any], total: int | None = None) -> str:
     rows = []
     for name, n in counts.items():
         share = f"{100 * n / total:.1f}%" if total and isinstance(n, int | float) else ""
@@ -234,8 +234,8 @@ def _counts_table(title: str, prefix: str, counts: dict, total: int | None = Non
     return f"<div><h3>{esc(title)}</h3><table>{head}{body}</table></div>"
 
 
-def _action_table(title: str, what: str, table: dict) -> str:
-    def weight(item: tuple[str, Any]) -> tuple:
+def _action_table(title: str, what: str, table: dict[str, Any]) -> str:
+    def weight(item: tuple[str, Any]) -> tuple[int | str, ...]:
         c = item[1] if isinstance(item[1], dict) else {}
         return tuple(-_int(c.get(a)) for a in ACTIONS[::-1]) + (item[0],)
 
@@ -252,7 +252,7 @@ def _action_table(title: str, what: str, table: dict) -> str:
     )
 
 
-def _decisions(report: dict) -> str:
+def _decisions(report: dict[str, Any]) -> str:
     s = report.get("summary") or {}
     total = _int(s.get("decisions_replayed"))
     return (
@@ -266,7 +266,7 @@ def _decisions(report: dict) -> str:
     )
 
 
-def _what_if(summary: dict) -> str:
+def _what_if(summary: dict[str, Any]) -> str:
     w = summary.get("what_if")
     if not isinstance(w, dict):
         return (
@@ -341,7 +341,7 @@ def _policy(summary: dict[str, Any]) -> str:
     return f'<section id="policy"><h2>Budgets and runs not enforced</h2>{body}</section>'
 
 
-def _chart(points: list) -> str:
+def _chart(points: list[Any]) -> str:
     parsed, unreadable = [], 0
     for p in points:
         t = _minute(p.get("minute")) if isinstance(p, dict) else None
@@ -446,11 +446,11 @@ def _decision_cell(d: Any, cls: str = "") -> str:
     return f"<td{attr}>{''.join(parts)}</td>"
 
 
-def _verdict(d: Any) -> tuple:
+def _verdict(d: Any) -> tuple[Any, Any]:
     return (d.get("action"), d.get("detector")) if isinstance(d, dict) else (None, None)
 
 
-def _run(run: dict, with_what_if: bool, is_open: bool) -> str:
+def _run(run: dict[str, Any], with_what_if: bool, is_open: bool) -> str:
     flags = [f for f in run.get("flags") or [] if isinstance(f, str)]
     badges = "".join(f'<span class="badge {esc(f)}">{esc(f)}</span>' for f in flags)
     if run.get("partial"):
@@ -493,7 +493,7 @@ def _run(run: dict, with_what_if: bool, is_open: bool) -> str:
     )
 
 
-def _runs(report: dict) -> str:
+def _runs(report: dict[str, Any]) -> str:
     runs = [r for r in report.get("runs") or [] if isinstance(r, dict)]
     if not runs:
         return (
@@ -515,7 +515,7 @@ def _runs(report: dict) -> str:
     )
 
 
-def _configs(configs: list) -> str:
+def _configs(configs: list[Any]) -> str:
     items = []
     for c in configs:
         if not isinstance(c, dict):
@@ -532,7 +532,7 @@ def _configs(configs: list) -> str:
     return f'<section id="configs"><h2>Configs used</h2>{body}</section>'
 
 
-def render(report: dict) -> str:
+def render(report: dict[str, Any]) -> str:
     """The whole page for one audit report: a dict with `summary` (the `--json` summary), `range`,
     `by_agent`, `by_tool`, `per_minute`, `runs` (the flagged runs with their timelines) and `configs`."""
     summary = report.get("summary") or {}

@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import json5
 
@@ -95,7 +96,7 @@ class Report:
     budget_stops: int = 0  # runs aborted by their budget
     started: float = field(default_factory=time.monotonic)
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         lat = sorted(self.latencies)
 
         def pct(p: float) -> float | None:
