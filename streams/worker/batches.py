@@ -130,7 +130,7 @@ def fold_batch(
             runs.saw(msg.partition, f.event.ts)
         if f.after is not f.before:
             ended = (f.before, msg.offset) if f.after is None and f.before is not None else None
-            runs.stage(f.key, msg.partition, f.after, ended)  # type: ignore[arg-type]
+            runs.stage(f.key, msg.partition, f.after, ended)  # type: ignore[arg-type]  # keyed: a folded event has one
         for d, raw in zip(f.decisions, f.encoded, strict=True):
             out.append(OutRecord(s.decisions_topic, d.gateway_id.encode(), raw))
             if traced:
