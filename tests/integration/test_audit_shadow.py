@@ -15,7 +15,7 @@ import subprocess
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from detectors import DetectionConfig
+from detectors import DetectionConfig, decode_event, replay
 from streams.admin.config_topic import publish_config
 from streams.audit.core import agent_hashes
 from streams.tools.launch import Worker, command
@@ -49,6 +49,17 @@ BASE = {
     "loopwarden": {"budgets": {"runTokens": 30000}},
 }
 HELD_OUT = {**BASE, "loopwarden": {**BASE["loopwarden"], "holdoutPercent": 20}}
+
+
+def configs_by_run(decisions) -> dict[str, DetectionConfig]:
+    """Each run's config, by the hash its decisions name: the base (the simulator's
+    probes before the workers switched) or the one with holdoutPercent 20 (a run is
+    decided under one config: the simulated runs start after the switch)."""
+    configs = {h: DetectionConfig(c) for c in (BASE, HELD_OUT) for h in agent_hashes(DetectionConfig(c)).values()}
+    out: dict[str, DetectionConfig] = {}
+    for d in decisions:
+        assert out.setdefault(d["run_id"], configs[d["config_hash"]]) is configs[d["config_hash"]], d
+    return out
 
 
 async def _read_all(bootstrap: str, topic: str) -> list[dict]:
@@ -118,11 +129,16 @@ def fleet(bootstrap, tmp_path_factory):
         )
         assert sim.returncode in (0, 2) and sim.stdout, sim.stderr
         events = asyncio.run(_read_all(bootstrap, s.events_topic))
-        want = sum(1 for e in events if e["type"] == "tool_call") + sum(1 for e in events if e["type"] == "usage")
-        # Every call has a decision; a usage event only when it spends a budget: wait until
-        # the count stops growing past the calls'.
-        got = consume(bootstrap, s.decisions_topic, want - sum(e["type"] == "usage" for e in events), settle=3.0)
-        decisions = [json.loads(m.value) for m in got]
+        # Every call has a decision, a usage event only when it spends a budget: the
+        # calls' decisions name each run's config, under which an offline replay says
+        # how many decisions there are in all.
+        calls = consume(bootstrap, s.decisions_topic, sum(e["type"] == "tool_call" for e in events), settle=0.2)
+        run_config = configs_by_run(json.loads(m.value) for m in calls)
+        by_run: dict[str, list] = {}
+        for e in events:
+            by_run.setdefault(e["run_id"], []).append(decode_event(json.dumps(e)))
+        want = sum(len(replay(evs, run_config[run_id])) for run_id, evs in by_run.items())
+        decisions = [json.loads(m.value) for m in consume(bootstrap, s.decisions_topic, want, settle=0.2)]
     finally:
         worker.stop()
     return prefix, events, decisions, json.loads(sim.stdout)
@@ -130,12 +146,7 @@ def fleet(bootstrap, tmp_path_factory):
 
 def test_an_audit_reports_held_out_runs_as_an_offline_replay_of_the_topic_does(bootstrap, fleet):
     prefix, events, decisions, report = fleet
-    # Each run was decided under one config: the base (the simulator's probes before the
-    # switch) or the one with holdoutPercent 20; the decisions name it by hash.
-    configs = {h: DetectionConfig(c) for c in (BASE, HELD_OUT) for h in agent_hashes(DetectionConfig(c)).values()}
-    run_config: dict[str, DetectionConfig] = {}
-    for d in decisions:
-        run_config.setdefault(d["run_id"], configs[d["config_hash"]])
+    run_config = configs_by_run(decisions)
     assert any(d["config_hash"] == agent_hashes(DetectionConfig(HELD_OUT))["(default)"] for d in decisions)
     want = offline_policy(events, lambda run_id: run_config[run_id])
 
