@@ -21,6 +21,7 @@ from detectors import DetectionConfig
 from detectors.errors import LoopwardenError
 
 from ..admin.config_topic import read_configs
+from ..admin.fleet_topic import FleetLedger, read_fleet
 from ..gateway.partitioner import partition_for
 from ..gateway.settings import Settings, read_detection_config
 from ..progress import Progress
@@ -72,6 +73,7 @@ class Plan(NamedTuple):
     partitions: list[int]  # of the events topic: all, or those of --run
     partition_count: int  # of the events topic
     total: int  # events in the range, for the progress bar
+    fleet: FleetLedger  # the fleet topic's breakers and stop orders (fleet.py)
 
 
 async def _plan(settings: Settings, options: AuditOptions) -> Plan:
@@ -85,7 +87,7 @@ async def _plan(settings: Settings, options: AuditOptions) -> Plan:
         total = sum(max(0, events.ends[p] - events.starts[p]) for p in parts)
     finally:
         await events.close()
-    return Plan(options, what_if, book, parts, count, total)
+    return Plan(options, what_if, book, parts, count, total, await read_fleet(settings))
 
 
 async def _read(
@@ -154,6 +156,7 @@ async def audit_partitions(
             max_event_bytes=settings.max_event_bytes,
             diff=write if diff_file is not None else None,
             timelines=options.html is not None,
+            fleet=plan.fleet,
         )
         await _read(a, events, decisions, window.grace_ms, progress)
     finally:

@@ -28,6 +28,8 @@ from detectors import DetectionConfig, Folded, RunState, SetAside, fold
 from detectors.policy import RUN_BUDGET
 from detectors.wire import Decision, Event
 
+from ..admin.fleet_topic import FleetLedger
+from .fleet import FleetCounts, Signals
 from .join import Join, Msg, Recorded
 from .options import ALL_RUNS, WHOLE, Scope, Window
 from .report import Totals, report, summary
@@ -79,15 +81,16 @@ class Replayer:
     The recorded decision is looked up once per event, in `_config_for`, right before
     the fold applies the event: it is where whatever else a call was judged with joins
     the replay. With the fleet (semantics.md section 9), a decision's `fleet_signal`
-    names the breaker or stop order the worker applied: the fold is then given a
-    FleetView that `_config_for` sets to hold just that record (read from the fleet
-    topic, by id), so a fleet-blocked call replays as it was decided; and the calls the
-    event-time rule would have judged otherwise are found by a second fold beside this
-    one, with the breaker's rule (`fold(..., breakers=...)`), paired as what-if's is
-    (whatif.py)."""
+    names the breaker or stop order the worker applied: the fold is then given
+    (`fleet_for`) a FleetView holding just that record (read from the fleet topic, by
+    id), so a fleet-blocked call replays as it was decided; the calls the event-time rule
+    would have judged otherwise are counted apart (fleet.py)."""
 
-    def __init__(self, configs: ConfigBook, join: Join, max_event_bytes: int = 1 << 20) -> None:
+    def __init__(
+        self, configs: ConfigBook, join: Join, max_event_bytes: int = 1 << 20, signals: Signals | None = None
+    ) -> None:
         self.configs = configs
+        self.signals = signals  # the fleet topic's records, when there are any (fleet.py)
         self.recorded = join.lookup
         self.named = configs.by_hash.get  # a config by the hash a decision names
         self.max_event_bytes = max_event_bytes
@@ -102,6 +105,7 @@ class Replayer:
             max_event_bytes=self.max_event_bytes,
             load=self._load,
             config_for=self._config_for,
+            fleet_for=self.signals.view_for if self.signals is not None else None,
         )
 
     def _load(self, run_id: str, position: Any) -> RunState | None:
@@ -152,6 +156,7 @@ class Audit:
         max_event_bytes: int = 1 << 20,
         diff: Callable[[dict[str, Any]], None] | None = None,
         timelines: bool = False,
+        fleet: FleetLedger | None = None,
     ) -> None:
         """`complete(partition)`: the partition is read from its very first record.
         `diff` is given each mismatch, missing, unexpected or conflicting decision and
@@ -162,7 +167,8 @@ class Audit:
         self.complete = complete
         self.diff = diff
         self.join = Join(window.grace_ms, scope)
-        self.replayer = Replayer(configs, self.join, max_event_bytes)
+        self.signals = Signals(fleet, self.join.lookup) if fleet is not None and fleet.records else None
+        self.replayer = Replayer(configs, self.join, max_event_bytes, self.signals)
         self.tally = Tally()
         self.what_if = WhatIf(what_if) if what_if is not None else None
         self.timelines = Timelines(what_if is not None) if timelines else None
@@ -236,6 +242,8 @@ class Audit:
             status, changed = None, False
             if inside and not run.partial and (replayed is not None or rec is not None):
                 status, changed = self._compare(ev, mt, rec, replayed, wi)
+                if self.signals is not None:
+                    self.signals.lag(ev, rec.decision if rec is not None else None)
             if inside and timelines is not None:
                 timelines.add(ev, status, rec.decision if rec is not None else None, replayed, wi, changed)
             if after is None:
@@ -329,6 +337,7 @@ class Audit:
             self.what_if.counts if self.what_if is not None else WhatIfCounts(),
             self.timelines.flagged if self.timelines is not None else [],
             self.shadow.counts,
+            self.signals.counts if self.signals is not None else FleetCounts(),
         )
 
     def summary(self, seconds: float) -> dict[str, Any]:

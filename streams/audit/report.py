@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from detectors import DetectionConfig
 
+from .fleet import FleetCounts
 from .shadow import ShadowCounts
 from .tally import Tally
 from .whatif import WhatIfCounts
@@ -29,10 +30,11 @@ class Totals(NamedTuple):
     what_if: WhatIfCounts
     flagged: list[dict[str, Any]]  # the runs the HTML report shows
     shadow: ShadowCounts  # budgets and runs not enforced
+    fleet: FleetCounts  # fleet signals applied, calls judged late
 
     @classmethod
     def empty(cls) -> Totals:
-        return cls(Tally(), Counter(), Counter(), WhatIfCounts(), [], ShadowCounts())
+        return cls(Tally(), Counter(), Counter(), WhatIfCounts(), [], ShadowCounts(), FleetCounts())
 
     def merge(self, other: Totals, max_runs: int) -> None:
         """Add a shard's totals (shards own disjoint runs: nothing is counted twice)."""
@@ -41,6 +43,7 @@ class Totals(NamedTuple):
         self.unknown_configs.update(other.unknown_configs)
         self.what_if.merge(other.what_if)
         self.shadow.merge(other.shadow)
+        self.fleet.merge(other.fleet)
         room = max_runs - len(self.flagged)
         self.flagged.extend(other.flagged[: max(0, room)])
 
@@ -70,6 +73,7 @@ def summary(t: Totals, what_if: DetectionConfig | None, seconds: float) -> dict[
         "by_detector": dict(sorted(tally.by_detector.items())),
         "what_if": t.what_if.summary(what_if) if what_if is not None else None,
         **t.shadow.summary(),
+        **t.fleet.summary(),
         "seconds": round(seconds, 3),
         "events_per_s": round(tally.events / seconds) if seconds > 0 else None,
     }
