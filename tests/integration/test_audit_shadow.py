@@ -154,6 +154,10 @@ def test_an_audit_reports_held_out_runs_as_an_offline_replay_of_the_topic_does(b
     assert code == 0, out
     assert out["matched"] == out["decisions_recorded"] == len(decisions)
     assert {k: out[k] for k in ("budgets", "shadow")} == want
+    code, sharded = audit(bootstrap, prefix, "--jobs", "3")  # shards' counts and medians add up to the same
+    for timing in ("seconds", "events_per_s"):
+        out.pop(timing), sharded.pop(timing)
+    assert (code, sharded) == (0, out)
 
     # The fleet has what the report is for: held-out runs and a shadow agent's, calls
     # that would have been stopped, runs that went on and ended by themselves.
