@@ -1,4 +1,6 @@
-"""Hypothesis strategies for realistic event streams, shared by the property tests.
+"""Events and decisions for the tests: Hypothesis strategies for realistic event streams,
+shared by the property tests, and the helpers every test uses on events and decisions
+(`offline`, `per_run`, `distinct`), written once.
 
 A stream mixes single calls, whose tool, params and result are drawn independently from
 pools of odd shapes (aliases, 1 vs 1.0, plans, sends, the guard's own echo, non-object
@@ -13,6 +15,8 @@ import random
 
 from hypothesis import strategies as st
 
+from detectors import DetectionConfig, decode_event, encode, replay
+from detectors.fleet import decode_fleet_record
 from streams.tools import loops
 
 # Two steps of every kind in the catalogue (a ping-pong's two sides, a normal run's two calls).
@@ -169,3 +173,45 @@ SMALL_CONFIG = {
         }
     }
 }
+
+
+def offline(events, config=None, fleet=()) -> list[dict]:
+    """What `loopwarden replay` decides, as dicts: of a scenario (a dict with `events`,
+    `config` and, optionally, `fleet`: its stop orders), or of a list of events (dicts,
+    JSON bytes or decoded events) under `config` (a config document or a DetectionConfig)
+    and the fleet records `fleet` (dicts or decoded)."""
+    if isinstance(events, dict):
+        return offline(events["events"], events["config"], events.get("fleet", ()))
+    cfg = config if isinstance(config, DetectionConfig) else DetectionConfig(config or {})
+    decoded = [decode_event(_raw(e)) if isinstance(e, dict | bytes | str) else e for e in events]
+    records = [decode_fleet_record(_raw(r)) if isinstance(r, dict | bytes | str) else r for r in fleet]
+    return [json.loads(encode(d)) for d in replay(decoded, cfg, records)]
+
+
+def _raw(x: dict | bytes | str) -> bytes | str:
+    return json.dumps(x) if isinstance(x, dict) else x
+
+
+def per_run(decisions: list) -> dict[str, list]:
+    """Decisions (dicts, or their JSON bytes) by run_id, each run's in their order."""
+    out: dict[str, list] = {}
+    for d in decisions:
+        out.setdefault((d if isinstance(d, dict) else json.loads(d))["run_id"], []).append(d)
+    return out
+
+
+def distinct(items: list) -> list:
+    """Decisions (dicts, or messages of the decisions topic), a decision's repeats (by
+    event_id) dropped. A worker may publish a decision again (an event folded twice after
+    a rebalance or a re-read is answered identically, and gateways keep the first), so a
+    repeat must be identical to the first: an AssertionError says otherwise."""
+    seen: dict[str, dict] = {}
+    out = []
+    for x in items:
+        d = x if isinstance(x, dict) else json.loads(x.value)
+        first = seen.setdefault(d["event_id"], d)
+        if first is d:
+            out.append(x)
+        else:
+            assert first == d, f"two different decisions for {d['event_id']}"
+    return out

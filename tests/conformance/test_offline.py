@@ -1,14 +1,14 @@
 """Every shared scenario through the offline `loopwarden replay` command."""
 
 import json
+import shlex
 import subprocess
 import sys
 
 import pytest
 
+from streams.tools.launch import command
 from tests.conftest import ROOT, V2_ALL, conformance_dir, scenario_files
-
-CMD = [sys.executable, "-m", "streams.cli", "replay"]
 
 
 def first_difference(expected: list[dict], got: list[dict]) -> str | None:
@@ -39,7 +39,7 @@ def test_scenario_through_replay_command(path, tmp_path):
         (tmp_path / "fleet.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sc["fleet"]))
         fleet = ["--fleet", str(tmp_path / "fleet.jsonl")]
     p = subprocess.run(
-        CMD + ["--config", str(cfg), "--input", str(ev), "--output", str(out), *fleet],
+        command("replay", "--config", str(cfg), "--input", str(ev), "--output", str(out), *fleet),
         capture_output=True,
         text=True,
         timeout=120,
@@ -56,7 +56,7 @@ def test_the_maintainers_checker_agrees():
         [
             sys.executable,
             str(tool),
-            f"{sys.executable} -m streams.cli replay",
+            shlex.join(command("replay")),
             str(conformance_dir()),
             str(conformance_dir() / "v2"),
         ],

@@ -1,5 +1,6 @@
 """One real KRaft broker per test session: the one .ci/run started (LOOPWARDEN_TEST_BOOTSTRAP),
-or a fresh local one. No broker means failure, never a skip."""
+or a fresh local one. No broker means failure, never a skip. Workers are started through
+`start_worker`, and stopped when the test ends; the topics a test made are deleted then."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from streams.tools import localkafka
+from tests.integration import harness
 
 
 @pytest.fixture(scope="session")
@@ -26,9 +28,53 @@ def bootstrap(tmp_path_factory) -> str:
 
 
 @pytest.fixture
-def workers(tmp_path):
-    """Worker processes started by a test; all are stopped when it ends."""
-    started = []
+def workers():
+    """Worker processes started by a test; all are killed when it ends."""
+    started: list[harness.WorkerProcess] = []
     yield started
     for w in started:
         w.kill()
+
+
+@pytest.fixture
+def start_worker(request, tmp_path, workers):
+    """`start_worker(prefix, config, **kw) -> WorkerProcess`: `loopwarden worker` on the
+    topics of `prefix` (None: a fresh prefix, its topics made first; `w.topics` names
+    them), healthy on return; killed when the test ends. `bootstrap=`: another broker than
+    the session's; `wait=False`: started, not waited for; `start=False`: not started yet;
+    the rest goes to WorkerProcess (partitions, name, extra, env)."""
+
+    def start(prefix: str | None, config: dict | None, *, bootstrap: str | None = None, **kw) -> harness.WorkerProcess:
+        broker = bootstrap or request.getfixturevalue("bootstrap")
+        return harness.launch_worker(broker, tmp_path, workers, prefix, config, **kw)
+
+    return start
+
+
+def _delete(bootstrap: str | None, prefixes: list[str]) -> None:
+    if bootstrap and prefixes:
+        harness.delete_topics(bootstrap, prefixes)
+    _deleted.update(prefixes)
+
+
+_deleted: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _delete_the_tests_topics(request):
+    """The topics of every prefix made during the test (`new_prefix`) are deleted on the
+    session's broker once it ends, after its workers (autouse: set up first, torn down
+    last)."""
+    mark = len(harness.PREFIXES)
+    yield
+    made = harness.PREFIXES[mark:]
+    if made and "bootstrap" in request.fixturenames:
+        _delete(request.getfixturevalue("bootstrap"), made)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _delete_leftover_topics():
+    """Topics of prefixes made outside a test (module fixtures), on the shared broker, at
+    the session's end (a broker the session started goes with its data)."""
+    yield
+    _delete(os.environ.get("LOOPWARDEN_TEST_BOOTSTRAP"), [p for p in harness.PREFIXES if p not in _deleted])

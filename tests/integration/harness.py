@@ -1,4 +1,6 @@
-"""Real-broker helpers for the integration tests: worker processes, produce, consume."""
+"""Real-broker helpers for the integration tests: worker processes (the one way a test
+starts one: `launch_worker`, behind conftest.py's `start_worker` fixture), produce,
+consume, waiting for a state (`wait_until`), the test topics and their deletion."""
 
 from __future__ import annotations
 
@@ -7,20 +9,42 @@ import json
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
 from streams.admin.topics import create_topics
 from streams.gateway import settings as settings_mod
 from streams.tools.launch import Worker, command
 from streams.tools.localkafka import free_port
+from tests.events import distinct
 
 ROOT = Path(__file__).resolve().parents[2]
+PREFIXES: list[str] = []  # every prefix new_prefix() gave, in order (conftest.py deletes their topics)
+T = TypeVar("T")
 
 
 def new_prefix() -> str:
-    return f"t{uuid.uuid4().hex[:10]}."
+    """A topic prefix of its own for a test (its topics are deleted when the test ends)."""
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    PREFIXES.append(prefix)
+    return prefix
+
+
+def wait_until(cond: Callable[[], T], timeout: float, what: str | Callable[[], str], every: float = 0.05) -> T:
+    """Poll `cond` until it returns something true, and return that; AssertionError
+    naming `what` (a callable: called then, e.g. for a worker's log) once `timeout`
+    seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while not (got := cond()):
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what() if callable(what) else what}")
+        time.sleep(every)
+    return got
 
 
 def topic_settings(bootstrap: str, prefix: str, partitions: int = 8) -> settings_mod.Settings:
@@ -29,7 +53,8 @@ def topic_settings(bootstrap: str, prefix: str, partitions: int = 8) -> settings
 
 class WorkerProcess(Worker):
     """`loopwarden worker` as a real child process (streams/tools/launch.py), on test
-    topics, with a config file, its own data dir and a 6 s session timeout."""
+    topics, with a config file (config None: none, so it follows the config topic), its
+    own data dir and a 6 s session timeout. `topics`: the names of its topics."""
 
     def __init__(
         self,
@@ -43,9 +68,13 @@ class WorkerProcess(Worker):
         env: dict[str, str] | None = None,
     ) -> None:
         self.tmp = tmp
+        self.topics = topic_settings(bootstrap, prefix, partitions)
         port = free_port()
-        cfg = tmp / f"config-{name}.json"
-        cfg.write_text(json.dumps(config or {}))
+        pinned: tuple[str, ...] = ()
+        if config is not None:
+            cfg = tmp / f"config-{name}.json"
+            cfg.write_text(json.dumps(config))
+            pinned = ("--config", str(cfg))
         super().__init__(
             [
                 "--bootstrap",
@@ -54,8 +83,7 @@ class WorkerProcess(Worker):
                 prefix,
                 "--partitions",
                 str(partitions),
-                "--config",
-                str(cfg),
+                *pinned,
                 "--data-dir",
                 str(tmp / f"data-{name}"),
                 "--log-level",
@@ -71,6 +99,22 @@ class WorkerProcess(Worker):
             env=env,
         )
 
+    def partitions(self) -> list:
+        """The partitions its /health names (none while it does not answer)."""
+        return (self.health() or {}).get("partitions") or []
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the samples of metric `name` (or `name`_total, a counter's) on
+        /metrics whose labels include `labels`; 0 when there is none."""
+        want = [f'{k}="{v}"' for k, v in labels.items()]
+        total = 0.0
+        for line in self.metrics().splitlines():
+            sample, _, value = line.rpartition(" ")
+            base, _, tags = sample.partition("{")
+            if base in (name, f"{name}_total") and all(w in tags for w in want):
+                total += float(value)
+        return total
+
 
 def setup_topics(bootstrap: str, prefix: str, partitions: int = 8) -> settings_mod.Settings:
     s = topic_settings(bootstrap, prefix, partitions)
@@ -78,14 +122,71 @@ def setup_topics(bootstrap: str, prefix: str, partitions: int = 8) -> settings_m
     return s
 
 
-def fresh_worker(bootstrap: str, tmp: Path, started: list, config: dict | None, **kw) -> tuple:
-    """New topics under a fresh prefix and one healthy worker on them: (settings, worker)."""
-    prefix = new_prefix()
-    s = setup_topics(bootstrap, prefix, kw.get("partitions", 8))
+def launch_worker(
+    bootstrap: str,
+    tmp: Path,
+    started: list,
+    prefix: str | None,
+    config: dict | None,
+    start: bool = True,
+    wait: bool = True,
+    **kw,
+) -> WorkerProcess:
+    """A worker on `prefix`'s topics (None: a fresh prefix, its topics made first), added
+    to `started` (whoever owns that list stops them), started unless start=False, and
+    healthy on return unless wait=False. `kw`: WorkerProcess's (partitions, name, extra,
+    env)."""
+    if prefix is None:
+        prefix = new_prefix()
+        setup_topics(bootstrap, prefix, kw.get("partitions", 8))
     w = WorkerProcess(bootstrap, prefix, config, tmp, **kw)
     started.append(w)
-    w.start()
-    return s, w
+    if start:
+        w.start(wait=wait)
+    return w
+
+
+def fresh_worker(bootstrap: str, tmp: Path, started: list, config: dict | None, **kw) -> tuple:
+    """New topics under a fresh prefix and one healthy worker on them: (settings, worker);
+    for fixtures wider than a test (a test takes the `start_worker` fixture)."""
+    w = launch_worker(bootstrap, tmp, started, None, config, **kw)
+    return w.topics, w
+
+
+async def _delete_topics(bootstrap: str, prefixes: list[str]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        names = [t for t in await admin.list_topics() if t.startswith(tuple(prefixes))]
+        if names:
+            await admin.delete_topics(names)
+    finally:
+        await admin.close()
+
+
+async def _committed(bootstrap: str, group: str, topic: str) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+        return sum(o.offset for tp, o in offsets.items() if tp.topic == topic and o.offset > 0)
+    finally:
+        await admin.close()
+
+
+def committed(bootstrap: str, group: str, topic: str) -> int:
+    """The offsets the consumer group has committed on the topic's partitions, summed (a
+    worker's group is its app id, `Settings.app_id`)."""
+    return asyncio.run(_committed(bootstrap, group, topic))
+
+
+def delete_topics(bootstrap: str, prefixes: list[str]) -> None:
+    """Delete every topic under the prefixes (the shared broker would otherwise gather
+    thousands of partitions over a run); a broker that refuses is left as it is."""
+    try:
+        asyncio.run(_delete_topics(bootstrap, prefixes))
+    except KafkaError:
+        pass
 
 
 async def _produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
@@ -138,23 +239,6 @@ async def _consume(bootstrap: str, topic: str, want: int, timeout: float, settle
 def consume(bootstrap: str, topic: str, want: int, timeout: float = 60, settle: float = 1.0):
     """Every message of the topic (all partitions, from the start) once `want` arrived or time ran out."""
     return asyncio.run(_consume(bootstrap, topic, want, timeout, settle))
-
-
-def distinct(msgs) -> list:
-    """Messages of the decisions topic, a decision's repeats (by event_id) dropped: a
-    worker may publish a decision again (an event folded twice after a rebalance or a
-    re-read is answered identically, and gateways keep the first), so a repeat must be
-    identical to the first."""
-    seen: dict[str, bytes] = {}
-    out = []
-    for m in msgs:
-        eid = json.loads(m.value)["event_id"]
-        first = seen.setdefault(eid, m.value)
-        if first is m.value:
-            out.append(m)
-        else:
-            assert json.loads(first) == json.loads(m.value), f"two different decisions for {eid}"
-    return out
 
 
 def consume_distinct(bootstrap: str, topic: str, want: int, timeout: float = 60, settle: float = 1.0) -> list:

@@ -5,14 +5,13 @@ may remember keeps MAX_WARNING_KEYS of them; no decision changes."""
 from __future__ import annotations
 
 import json
-import re
-import time
 
 import pytest
 
-from detectors import DetectionConfig, decode_event, decode_state, encode, replay
+from detectors import decode_state
 from detectors.state import MAX_WARNING_KEYS
-from tests.integration.harness import consume, event_records, fresh_worker, produce
+from tests.events import offline
+from tests.integration.harness import consume, event_records, produce, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -38,48 +37,33 @@ def calls(run: str, seqs: range, ts: int) -> list[dict]:
     ]
 
 
-def metric(text: str, name: str) -> float:
-    m = re.search(rf"^{name} (\S+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
-
-
-def test_idle_runs_are_dropped_and_tombstoned(bootstrap, tmp_path, workers):
-    s, w = fresh_worker(
-        bootstrap,
-        tmp_path,
-        workers,
-        CONFIG,
-        partitions=1,
-        extra=("--state-sweep-interval-s", "0.5", "--flush-interval-ms", "100"),
+def test_idle_runs_are_dropped_and_tombstoned(bootstrap, start_worker):
+    w = start_worker(
+        None, CONFIG, partitions=1, extra=("--state-sweep-interval-s", "0.5", "--flush-interval-ms", "100")
     )
+    s = w.topics
     old = calls("idle-a", range(3), T0) + calls("idle-b", range(3), T0)
     fresh = calls("busy", range(3), T0 + 60_000)  # a minute later: a and b are idle past 2 x 1 s
     later = calls("idle-a", range(3, 5), T0 + 60_100)  # a comes back: it starts over, as offline
     produce(bootstrap, s.events_topic, event_records(old + fresh))
-    deadline = time.monotonic() + 30
-    while metric(w.metrics(), "loopwarden_runs_evicted_total") < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    m = w.metrics()
-    assert metric(m, "loopwarden_runs_evicted_total") == 2, m
+    wait_until(lambda: w.metric("loopwarden_runs_evicted") >= 2, 30, "two runs evicted", every=0.2)
+    assert w.metric("loopwarden_runs_evicted") == 2, w.metrics()
     tomb = {}
     for msg in consume(bootstrap, s.changelog_topic, 5, timeout=30, settle=1.5):
         tomb[msg.key] = msg.value
     assert tomb[b"idle-a"] is None and tomb[b"idle-b"] is None and tomb[b"busy"] is not None
     produce(bootstrap, s.events_topic, event_records(later))
-    everything = old + fresh + later
-    expected = [
-        json.loads(encode(d))
-        for d in replay([decode_event(json.dumps(e)) for e in everything], DetectionConfig(CONFIG))
-    ]
+    expected = offline(old + fresh + later, CONFIG)
     got = [json.loads(m.value) for m in consume(bootstrap, s.decisions_topic, len(expected), timeout=30)]
     assert got == expected
     assert [d["action"] for d in got if d["run_id"] == "idle-a"] == ["allow", "allow", "warn", "allow", "allow"]
 
 
-def test_warning_memory_is_bounded_in_a_worker(bootstrap, tmp_path, workers):
+def test_warning_memory_is_bounded_in_a_worker(bootstrap, start_worker):
     # 300 different calls, each made three times: the third is warned under a key of its
     # own (warningThreshold 2), so the run is warned under more keys than it may remember.
-    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG, partitions=1, extra=("--flush-interval-ms", "100"))
+    w = start_worker(None, CONFIG, partitions=1, extra=("--flush-interval-ms", "100"))
+    s = w.topics
     n_keys = MAX_WARNING_KEYS + 44
     events = [
         {
@@ -94,17 +78,17 @@ def test_warning_memory_is_bounded_in_a_worker(bootstrap, tmp_path, workers):
         for seq, k in enumerate(k for k in range(n_keys) for _ in range(3))
     ]
     produce(bootstrap, s.events_topic, event_records(events))
-    expected = [
-        json.loads(encode(d)) for d in replay([decode_event(json.dumps(e)) for e in events], DetectionConfig(CONFIG))
-    ]
+    expected = offline(events, CONFIG)
     got = [json.loads(m.value) for m in consume(bootstrap, s.decisions_topic, len(expected), timeout=60)]
     assert got == expected, w.tail()
     assert sum(d["action"] == "warn" for d in got) == n_keys
-    time.sleep(1.0)  # the last flush of the run's state
-    states = [m for m in consume(bootstrap, s.changelog_topic, 1, timeout=30, settle=1.5) if m.key == b"many-keys"]
-    assert states, "the run's state never reached the changelog"
-    last = decode_state(max(states, key=lambda m: m.offset).value)
-    assert last.last_seq == len(events) - 1  # the state after every event
+
+    def last_state():  # the run's state after every event, once its last flush reached the changelog
+        states = [m for m in consume(bootstrap, s.changelog_topic, 1, timeout=30, settle=0.5) if m.key == b"many-keys"]
+        last = decode_state(max(states, key=lambda m: m.offset).value) if states else None
+        return last if last is not None and last.last_seq == len(events) - 1 else None
+
+    last = wait_until(last_state, 30, "the run's last state on the changelog", every=0.2)
     assert len(last.warned) == MAX_WARNING_KEYS
     warned_keys = [d["warning_key"] for d in got if d["action"] == "warn"]
     assert set(last.warned) == set(warned_keys[-MAX_WARNING_KEYS:])  # the oldest were forgotten

@@ -12,46 +12,44 @@ import time
 import pytest
 
 from benchmarks.trace import generate
-from detectors import DetectionConfig, decode_event, encode, replay
 from streams.tools import localkafka
+from tests.events import distinct, offline, per_run
 from tests.integration.harness import (
     WorkerProcess,
     consume,
     decisions_by_partition,
     event_records,
-    new_prefix,
     produce,
-    setup_topics,
+    wait_until,
 )
-from tests.integration.test_resilience import by_run, dedupe
 
 pytestmark = pytest.mark.integration
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}}
 
 
 def wait_status(w: WorkerProcess, want, timeout: float) -> tuple[str | None, float]:
+    """(the first /health status that `want` accepts, None when nothing answers; the
+    seconds it took), polled every 0.2 s."""
     t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        h = w.health()
-        st = h["status"] if h else None
-        if want(st):
-            return st, time.monotonic() - t0
-        time.sleep(0.2)
-    return None, timeout
+    seen: list[str | None] = []
+
+    def accepted() -> bool:
+        seen.append((w.health() or {}).get("status"))
+        return want(seen[-1])
+
+    wait_until(accepted, timeout, lambda: f"another /health status than {seen[-1]}\n{w.tail()}", every=0.2)
+    return seen[-1], time.monotonic() - t0
 
 
-def test_broker_killed_and_restarted(tmp_path, workers):
+def test_broker_killed_and_restarted(tmp_path, start_worker):
     broker = localkafka.start(tmp_path / "kafka", heap="256m")
+    w = None
     try:
         b = broker.bootstrap
-        prefix = new_prefix()
-        s = setup_topics(b, prefix, partitions=4)
-        w = WorkerProcess(b, prefix, CONFIG, tmp_path, partitions=4)
-        workers.append(w)
-        w.start()
+        w = start_worker(None, CONFIG, bootstrap=b, partitions=4)
+        s = w.topics
         events = [json.loads(x) for x in generate(3000, seed=17, concurrent=40)]
-        cfg = DetectionConfig(CONFIG)
-        expected = [json.loads(encode(d)) for d in replay([decode_event(json.dumps(e)) for e in events], cfg)]
+        expected = offline(events, CONFIG)
         half = len(events) // 2
         produce(b, s.events_topic, event_records(events[:half]))
         consume(
@@ -69,10 +67,10 @@ def test_broker_killed_and_restarted(tmp_path, workers):
         assert st == "ok", w.tail()
         produce(b, s.events_topic, event_records(events[half:]))
         msgs = consume(b, s.decisions_topic, len(expected), timeout=120, settle=3)
-        got = dedupe([d for part in decisions_by_partition(msgs).values() for d in part])
-        assert by_run(got) == by_run(expected)
+        got = distinct([d for part in decisions_by_partition(msgs).values() for d in part])
+        assert per_run(got) == per_run(expected)
         assert w.alive() and w.starts == 1
     finally:
-        for w in workers:
-            w.kill()
+        if w is not None:
+            w.kill()  # before its broker stops
         localkafka.stop(broker)

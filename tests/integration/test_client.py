@@ -12,7 +12,7 @@ from detectors import replay
 from detectors.config import load_config
 from detectors.wire import ToolCall, decode_event
 from streams.gateway.client import FAIL_CLOSED, FAIL_OPEN, GatewayClient, partition_for
-from tests.integration.harness import consume, fresh_worker
+from tests.integration.harness import consume
 
 pytestmark = pytest.mark.integration
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}}
@@ -48,8 +48,9 @@ async def script(client: GatewayClient, run: str, n: int = 7) -> list:
     return out
 
 
-def test_gateways_see_only_their_own_decisions_and_every_check_is_answered(bootstrap, tmp_path, workers):
-    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG)
+def test_gateways_see_only_their_own_decisions_and_every_check_is_answered(bootstrap, start_worker):
+    w = start_worker(None, CONFIG)
+    s = w.topics
     a, b, c = gateways_sharing_a_partition()
 
     async def main():
@@ -73,8 +74,9 @@ def test_gateways_see_only_their_own_decisions_and_every_check_is_answered(boots
     assert ca.foreign > 0 and cb.foreign > 0 and cc.foreign == 0  # read on the shared partition, never delivered
 
 
-def test_timeout_policy_both_ways_when_the_worker_is_down(bootstrap, tmp_path, workers):
-    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG)
+def test_timeout_policy_both_ways_when_the_worker_is_down(bootstrap, start_worker):
+    w = start_worker(None, CONFIG)
+    s = w.topics
 
     async def main():
         async with (
@@ -91,8 +93,9 @@ def test_timeout_policy_both_ways_when_the_worker_is_down(bootstrap, tmp_path, w
     assert closed.degraded and closed.action == "block" and "fail-closed" in closed.message
 
 
-def test_privacy_mode_and_raw_mode_decide_alike(bootstrap, tmp_path, workers):
-    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG)
+def test_privacy_mode_and_raw_mode_decide_alike(bootstrap, start_worker):
+    w = start_worker(None, CONFIG)
+    s = w.topics
 
     async def main():
         async with (
@@ -110,13 +113,14 @@ def test_privacy_mode_and_raw_mode_decide_alike(bootstrap, tmp_path, workers):
     assert [d.action for d in raw][-1] == "block"
 
 
-def test_a_gateway_restarted_mid_run_gets_every_call_its_own_decision(bootstrap, tmp_path, workers):
+def test_a_gateway_restarted_mid_run_gets_every_call_its_own_decision(bootstrap, start_worker):
     """A gateway restarts mid-run: a new client, same gateway_id and run_id, while the
     worker still holds the run. Its events continue above the old ones' seqs, so none is
     taken for a duplicate (answered with another call's decision, or dead-lettered as a
     stale seq and timed out): every check is answered for that very call, as an offline
     replay of the events as sent decides."""
-    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG)
+    w = start_worker(None, CONFIG)
+    s = w.topics
     run = "restarted-run"
     failed = {"details": {"status": "failed", "exitCode": 2, "aggregated": "no rule"}}
 
@@ -172,13 +176,14 @@ def test_a_gateway_restarted_mid_run_gets_every_call_its_own_decision(bootstrap,
 
 
 def test_a_usage_event_that_spends_the_budget_aborts_the_run_and_the_next_check_returns_its_abort(
-    bootstrap, tmp_path, workers
+    bootstrap, start_worker
 ):
     """usage() returns at once (it waits for no decision); the usage event's own abort
     reaches the client on its decisions partition, keyed `run_id:seq`, is remembered, and
     is what the next check and usage of the run return, until end_run forgets it."""
     config = {**CONFIG, "loopwarden": {"budgets": {"runTokens": 1000}}}
-    s, w = fresh_worker(bootstrap, tmp_path, workers, config)
+    w = start_worker(None, config)
+    s = w.topics
     run = "spending-run"
 
     async def main():

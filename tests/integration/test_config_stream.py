@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
 
 import pytest
@@ -15,8 +14,7 @@ import pytest
 from detectors import load_config
 from detectors.ingest import Folded, fold
 from streams.admin.config_topic import CURRENT, SOURCE_HEADER, config_id, read_configs
-from streams.tools.launch import Worker
-from streams.tools.localkafka import free_port
+from streams.tools.launch import command
 from tests.integration.harness import (
     ROOT,
     WorkerProcess,
@@ -28,16 +26,15 @@ from tests.integration.harness import (
     produce,
     setup_topics,
     topic_settings,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
 
-CMD = [sys.executable, "-m", "streams.cli", "config"]
-
 
 def cli(args: list[str], bootstrap: str, prefix: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [*CMD, *args, "--bootstrap", bootstrap, "--topic-prefix", prefix],
+        command("config", *args, "--bootstrap", bootstrap, "--topic-prefix", prefix),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -70,41 +67,12 @@ def decided(bootstrap: str, topic: str, want: int) -> list[dict]:
     return sorted(got, key=lambda d: (d["run_id"], d["seq"]))
 
 
-class FollowingWorker(Worker):
-    """`loopwarden worker` without --config: it follows the config topic."""
-
-    def __init__(self, bootstrap: str, prefix: str, tmp, name: str = "f") -> None:
-        port = free_port()
-        super().__init__(
-            [
-                "--bootstrap",
-                bootstrap,
-                "--topic-prefix",
-                prefix,
-                "--partitions",
-                "2",
-                "--data-dir",
-                str(tmp / f"data-{name}"),
-                "--log-level",
-                "info",
-                "--session-timeout-s",
-                "6",
-            ],
-            tmp / f"worker-{name}-{port}.log",
-            port=port,
-            cwd=ROOT,
-            stop_timeout=30,
-        )
-
-
-def wait_for_config(w: Worker, cid: str | None, timeout: float = 20.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def wait_for_config(w: WorkerProcess, cid: str | None, timeout: float = 20.0) -> dict:
+    def named() -> dict | None:
         h = w.health() or {}
-        if h.get("config") == cid and h.get("status") == "ok":
-            return h
-        time.sleep(0.2)
-    raise AssertionError(f"/health never named config {cid}: {w.health()}\n{w.tail()}")
+        return h if h.get("config") == cid and h.get("status") == "ok" else None
+
+    return wait_until(named, timeout, lambda: f"/health to name config {cid}: {w.health()}\n{w.tail()}", every=0.2)
 
 
 def test_publish_and_show_round_trip(bootstrap, tmp_path):
@@ -168,7 +136,7 @@ def test_publish_and_show_round_trip(bootstrap, tmp_path):
     assert missing.returncode == 1 and "cannot read config" in missing.stderr
 
 
-def test_a_worker_without_config_decides_under_the_topic_and_follows_it(bootstrap, tmp_path, workers):
+def test_a_worker_without_config_decides_under_the_topic_and_follows_it(bootstrap, tmp_path, start_worker):
     prefix = new_prefix()
     s = setup_topics(bootstrap, prefix, partitions=2)
     first, second = config_text(5, 9), config_text(3, 7)
@@ -177,9 +145,7 @@ def test_a_worker_without_config_decides_under_the_topic_and_follows_it(bootstra
     aid = cli(["publish", str(path)], bootstrap, prefix).stdout.strip()
     assert aid == config_id(first)
 
-    w = FollowingWorker(bootstrap, prefix, tmp_path)
-    workers.append(w)
-    w.start()
+    w = start_worker(prefix, None, partitions=2, name="f")  # no --config: it follows the topic
     h = wait_for_config(w, aid)
     assert h["config_follows"] is True
 
@@ -231,16 +197,14 @@ def test_a_worker_without_config_decides_under_the_topic_and_follows_it(bootstra
     assert (audited["mismatched"], audited["missing"], audited["unexpected"], audited["conflicting"]) == (0, 0, 0, 0)
 
 
-def test_a_worker_with_config_does_not_follow(bootstrap, tmp_path, workers):
+def test_a_worker_with_config_does_not_follow(bootstrap, tmp_path, start_worker):
     prefix = new_prefix()
     s = setup_topics(bootstrap, prefix, partitions=2)
     low = tmp_path / "low.json"
     low.write_bytes(config_text(2, 4))
     assert cli(["publish", str(low)], bootstrap, prefix).returncode == 0
     pinned_doc = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 6, "criticalThreshold": 9}}}
-    w = WorkerProcess(bootstrap, prefix, pinned_doc, tmp_path, partitions=2, name="pinned")
-    workers.append(w)
-    w.start()
+    w = start_worker(prefix, pinned_doc, partitions=2, name="pinned")
     pinned_text = (tmp_path / "config-pinned.json").read_bytes()
     h = w.health()
     assert h["config"] == config_id(pinned_text) and h["config_follows"] is False
@@ -248,7 +212,9 @@ def test_a_worker_with_config_does_not_follow(bootstrap, tmp_path, workers):
     lower = tmp_path / "lower.json"
     lower.write_bytes(config_text(1, 3))
     assert cli(["publish", str(lower)], bootstrap, prefix).returncode == 0
-    time.sleep(3)  # a following worker switches within about a second
+    # A wall-clock wait on purpose: what is checked is that nothing happens (a following
+    # worker switches within about a second), and a non-event cannot be polled for.
+    time.sleep(3)
     assert w.health()["config"] == config_id(pinned_text)
     produce(bootstrap, s.events_topic, event_records([call("r1", i) for i in range(5)]))
     got = decided(bootstrap, s.decisions_topic, 5)
@@ -257,13 +223,13 @@ def test_a_worker_with_config_does_not_follow(bootstrap, tmp_path, workers):
     assert "config switched" not in w.tail(20000)
 
 
-def test_a_following_worker_with_nothing_published_uses_the_defaults_until_a_config_is(bootstrap, tmp_path, workers):
+def test_a_following_worker_with_nothing_published_uses_the_defaults_until_a_config_is(
+    bootstrap, tmp_path, start_worker
+):
     from detectors import DetectionConfig
 
     prefix = new_prefix()  # no topics yet: the worker reads a config topic that does not exist, then makes it
-    w = FollowingWorker(bootstrap, prefix, tmp_path, name="bare")
-    workers.append(w)
-    w.start()
+    w = start_worker(prefix, None, partitions=2, name="bare")
     h = wait_for_config(w, None)
     assert h["config_follows"] is True and 'loopwarden_config{config="defaults"} 1.0' in w.metrics()
     s = topic_settings(bootstrap, prefix, partitions=2)

@@ -10,10 +10,10 @@ from collections import Counter
 
 import pytest
 
-from detectors import DetectionConfig, decode_event, encode, replay
-from detectors.fleet import decode_fleet_record
+from detectors import DetectionConfig, decode_event
 from detectors.ingest import Folded, fold, offline_fleet
 from tests.conftest import V2_ALL, scenario_files
+from tests.events import offline, per_run
 from tests.integration.harness import (
     WorkerProcess,
     consume,
@@ -22,14 +22,8 @@ from tests.integration.harness import (
     new_prefix,
     produce,
     setup_topics,
+    wait_until,
 )
-
-
-def offline(sc: dict) -> list[dict]:
-    cfg = DetectionConfig(sc["config"])
-    fleet = [decode_fleet_record(json.dumps(r)) for r in sc.get("fleet", [])]
-    events = [decode_event(json.dumps(e)) for e in sc["events"]]
-    return [json.loads(encode(d)) for d in replay(events, cfg, fleet)]
 
 
 def beyond_expected(msgs, expected: list[dict]) -> list:
@@ -80,30 +74,15 @@ def breaker_cuts(sc: dict) -> list[int]:
     return cuts
 
 
-def fleet_signals(w: WorkerProcess) -> int:
-    for line in w.metrics().splitlines():
-        if line.startswith("loopwarden_fleet_signals "):
-            return int(float(line.split()[1]))
-    return 0
-
-
 def wait_for_signals(w: WorkerProcess, n: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while fleet_signals(w) < n:
-        assert time.monotonic() < deadline, f"the worker holds {fleet_signals(w)} fleet signals, not {n}\n{w.tail()}"
-        time.sleep(0.05)
-
-
-def per_run(decisions: list[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for d in decisions:
-        out.setdefault(d["run_id"], []).append(d)
-    return out
+    """Until the worker holds `n` fleet signals (its stop orders and breakers)."""
+    signals = lambda: w.metric("loopwarden_fleet_signals")  # noqa: E731
+    wait_until(lambda: signals() >= n, timeout, lambda: f"{n} fleet signals (it holds {signals():g})\n{w.tail()}")
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("path", scenario_files(V2_ALL), ids=lambda p: p.stem)
-def test_scenario_through_kafka(path, bootstrap, tmp_path, workers):
+def test_scenario_through_kafka(path, bootstrap, start_worker):
     assert path.exists(), "no conformance scenarios found"
     sc = json.loads(path.read_text())
     expected = offline(sc)
@@ -116,9 +95,7 @@ def test_scenario_through_kafka(path, bootstrap, tmp_path, workers):
     orders = sc.get("fleet", [])
     if orders:  # stop orders are published first, as an operator would before the calls
         produce(bootstrap, s.fleet_topic, [(r["id"].encode(), json.dumps(r).encode()) for r in orders])
-    w = WorkerProcess(bootstrap, prefix, sc["config"], tmp_path)
-    workers.append(w)
-    w.start()
+    w = start_worker(prefix, sc["config"])
     wait_for_signals(w, len({r["id"] for r in orders}))
     records = event_records(sc["events"])
     start = 0

@@ -13,14 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from streams.tools.launch import command
-from tests.integration.harness import (
-    ROOT,
-    WorkerProcess,
-    consume,
-    new_prefix,
-    produce,
-    setup_topics,
-)
+from tests.integration.harness import ROOT, consume, produce, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +44,9 @@ class Webhook:
                     status = 500 if n == 0 else 200
                     hook.got.append((status, alert))
                 if n == 1:
-                    time.sleep(slow_s)  # the follower gave up waiting: it will post this one again
+                    # Answers late on purpose (a wall-clock delay past the follower's
+                    # timeout): the follower gives up waiting and posts this one again.
+                    time.sleep(slow_s)
                 self.send_response(status)
                 self.end_headers()
 
@@ -68,22 +63,6 @@ class Webhook:
 
     def close(self) -> None:
         self.server.shutdown()
-
-
-def metric(w: WorkerProcess, name: str, **labels: str) -> float:
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    total = 0.0
-    for line in w.metrics().splitlines():
-        if line.startswith(name) and (not want or want in line) and not line.startswith("#"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-def wait(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def calls(runs: list[str], seq: int, ts: int, tool: str = "http_get") -> list[tuple[bytes, bytes]]:
@@ -121,20 +100,15 @@ def failures(runs: list[str], seq: int, ts: int) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def test_one_breaker_for_three_workers_and_its_alerts_reach_a_webhook(bootstrap, tmp_path, workers):
-    prefix = new_prefix()
-    s = setup_topics(bootstrap, prefix, PARTITIONS)
-    for i in range(3):
-        w = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path, partitions=PARTITIONS, name=f"w{i}")
-        workers.append(w)
-        w.start(wait=False)
+def test_one_breaker_for_three_workers_and_its_alerts_reach_a_webhook(bootstrap, tmp_path, start_worker):
+    first = start_worker(None, CONFIG, partitions=PARTITIONS, name="w0", wait=False)
+    s, prefix = first.topics, first.topics.topic_prefix
+    workers = [first] + [
+        start_worker(prefix, CONFIG, partitions=PARTITIONS, name=f"w{i}", wait=False) for i in range(1, 3)
+    ]
     for w in workers:
         w.wait_healthy()
-    wait(
-        lambda: all(len((w.health() or {}).get("partitions", [])) > 0 for w in workers),
-        60,
-        "every worker to own partitions",
-    )
+    wait_until(lambda: all(w.partitions() for w in workers), 60, "every worker to own partitions")
     hook = Webhook(slow_s=2.0)
     follower = subprocess.Popen(
         command(
@@ -161,8 +135,8 @@ def test_one_breaker_for_three_workers_and_its_alerts_reach_a_webhook(bootstrap,
         produce(bootstrap, s.events_topic, calls(runs, 0, t0))
         produce(bootstrap, s.events_topic, failures(runs, 1, t0 + 10))
         # The breaker opens once, and every worker receives it.
-        everywhere = lambda: all(metric(w, "loopwarden_fleet_signals") >= 1 for w in workers)  # noqa: E731
-        wait(everywhere, 30, "the breaker on every worker")
+        everywhere = lambda: all(w.metric("loopwarden_fleet_signals") >= 1 for w in workers)  # noqa: E731
+        wait_until(everywhere, 30, "the breaker on every worker")
         breakers = [json.loads(m.value) for m in consume(bootstrap, s.fleet_topic, 1, timeout=10)]
         assert len(breakers) == 1 and breakers[0]["kind"] == "breaker", breakers
         b = breakers[0]
@@ -176,13 +150,14 @@ def test_one_breaker_for_three_workers_and_its_alerts_reach_a_webhook(bootstrap,
             ("block", "fleet_tool_breaker", b["id"])
         }
         for w in workers:
-            assert metric(w, "loopwarden_decisions_total", action="block", detector="fleet_tool_breaker") > 0, w.tail()
+            assert w.metric("loopwarden_decisions", action="block", detector="fleet_tool_breaker") > 0, w.tail()
         # After the cool-down the tool is allowed again, and the breaker's close is alerted.
-        wait(lambda: time.time() * 1000 > b["until_ts"] + 50, COOL_DOWN_MS / 1000 + 5, "the cool-down")
+        wait_until(lambda: time.time() * 1000 > b["until_ts"] + 50, COOL_DOWN_MS / 1000 + 5, "the cool-down")
         produce(bootstrap, s.events_topic, calls(runs, 3, int(time.time() * 1000)))
         decisions = [json.loads(m.value) for m in consume(bootstrap, s.decisions_topic, 90, timeout=60)]
         assert {d["action"] for d in decisions if d["seq"] == 3} == {"allow"} and len(decisions) == 90
-        wait(lambda: {a["kind"] for a in hook.delivered()} >= {"breaker_opened", "breaker_closed"}, 30, "the alerts")
+        delivered = lambda: {a["kind"] for a in hook.delivered()} >= {"breaker_opened", "breaker_closed"}  # noqa: E731
+        wait_until(delivered, 30, "the alerts")
         posted = [a for _, a in hook.got]
         on_topic = [json.loads(m.value) for m in consume(bootstrap, s.alerts_topic, 2, timeout=10)]
         assert [a["kind"] for a in on_topic] == ["breaker_opened", "breaker_closed"]
@@ -202,12 +177,9 @@ def loopwarden(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command(*args), cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
-def test_stop_orders_reach_the_worker_within_a_second_and_bad_records_are_skipped(bootstrap, tmp_path, workers):
-    prefix = new_prefix()
-    s = setup_topics(bootstrap, prefix, 4)
-    w = WorkerProcess(bootstrap, prefix, {}, tmp_path, partitions=4)
-    workers.append(w)
-    w.start()
+def test_stop_orders_reach_the_worker_within_a_second_and_bad_records_are_skipped(bootstrap, start_worker):
+    w = start_worker(None, {}, partitions=4)
+    s, prefix = w.topics, w.topics.topic_prefix
     kafka = ("--bootstrap", bootstrap, "--topic-prefix", prefix)
     # Malformed records on the fleet topic: logged and skipped, never fatal.
     bad = [
@@ -229,7 +201,7 @@ def test_stop_orders_reach_the_worker_within_a_second_and_bad_records_are_skippe
     assert p.returncode == 0, p.stderr
     order_id = p.stdout.strip()
     returned = time.monotonic()
-    wait(lambda: metric(w, "loopwarden_fleet_signals") >= 1, 2.0, "the order on the worker within a second or two")
+    wait_until(lambda: w.metric("loopwarden_fleet_signals") >= 1, 2.0, "the order on the worker within a second or two")
     took = time.monotonic() - returned
     now = int(time.time() * 1000)
     call = {"type": "tool_call", "seq": 0, "gateway_id": "gw", "agent_id": " batch", "ts": now, "tool_name": "read"}
@@ -249,10 +221,10 @@ def test_stop_orders_reach_the_worker_within_a_second_and_bad_records_are_skippe
     assert took < 1.5, took
     # Lifted: a new run of the agent is allowed again; the stopped run stays aborted.
     assert loopwarden("stop", *kafka, "--lift", order_id).returncode == 0
-    wait(lambda: metric(w, "loopwarden_fleet_records_read") >= 2, 2.0, "the lift on the worker")
+    wait_until(lambda: w.metric("loopwarden_fleet_records_read") >= 2, 2.0, "the lift on the worker")
     listed = json.loads(loopwarden("stop", *kafka, "--list", "--json").stdout)
     assert [(o["id"], o["state"]) for o in listed] == [(order_id, "ended")]
-    assert metric(w, "loopwarden_fleet_records_skipped") == 3
+    assert w.metric("loopwarden_fleet_records_skipped") == 3
     later = int(time.time() * 1000) + 1000
     produce(
         bootstrap,

@@ -35,7 +35,7 @@ from streams.gateway.adapters import RunStopped  # noqa: E402
 from streams.gateway.adapters.langchain import LoopwardenMiddleware  # noqa: E402
 from streams.gateway.adapters.openai_agents import LoopwardenGuard  # noqa: E402
 from streams.gateway.client import FAIL_CLOSED, FAIL_OPEN, GatewayClient  # noqa: E402
-from tests.integration.harness import consume, fresh_worker  # noqa: E402
+from tests.integration.harness import consume, fresh_worker, wait_until  # noqa: E402
 from tests.scripted_agents import (  # noqa: E402
     MODEL,
     ScriptedChat,
@@ -99,14 +99,14 @@ def live(worker_mod):
 
 def run_events(bootstrap: str, topic: str, run_id: str, timeout: float = 20) -> list:
     """The run's events as sent (one partition, in order), once its run_end is there."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def ended() -> list | None:
         msgs = consume(bootstrap, topic, 0, timeout=1, settle=0)
         evs = [decode_event(m.value) for m in sorted(msgs, key=lambda m: (m.partition, m.offset))]
         evs = [e for e in evs if e.run_id == run_id]
-        if (evs and isinstance(evs[-1], RunEnd)) or time.monotonic() > deadline:
-            return evs
-        time.sleep(0.2)
+        return evs if evs and isinstance(evs[-1], RunEnd) else None
+
+    return wait_until(ended, timeout, f"the run_end of {run_id} on {topic}", every=0.2)
 
 
 def replayed(bootstrap: str, s, run_id: str, got: list) -> tuple[list, list]:

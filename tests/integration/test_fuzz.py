@@ -8,23 +8,18 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 from collections import Counter
 
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from detectors import DetectionConfig, decode_event, encode, replay
+from streams.tools.launch import command
+from tests.events import offline, per_run
 from tests.fuzz import MAX_EVENT_BYTES, Message, mixed
-from tests.integration.harness import ROOT, consume, fresh_worker
+from tests.integration.harness import ROOT, consume
 
 pytestmark = pytest.mark.integration
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}}
-
-
-def offline(msgs: list[Message]) -> list[dict]:
-    events = [decode_event(m.value) for m in msgs if m.reason is None]
-    return [json.loads(encode(d)) for d in replay(events, DetectionConfig(CONFIG))]
 
 
 async def _produce(bootstrap: str, topic: str, msgs: list[Message]) -> None:
@@ -46,7 +41,7 @@ async def _produce(bootstrap: str, topic: str, msgs: list[Message]) -> None:
         await p.stop()
 
 
-def test_fuzz_through_a_worker_and_through_replay(bootstrap, tmp_path, workers):
+def test_fuzz_through_a_worker_and_through_replay(bootstrap, tmp_path, start_worker):
     msgs = mixed(seed=1)
     # One value larger than the dead-letter topic takes: its dead letter is cut down.
     huge = Message(
@@ -69,9 +64,10 @@ def test_fuzz_through_a_worker_and_through_replay(bootstrap, tmp_path, workers):
     bad = [m for m in msgs if m.reason is not None]
     kinds = Counter(m.kind for m in bad)
     print("fuzz kinds:", json.dumps(dict(sorted(kinds.items()))), "valid:", len(msgs) - len(bad))
-    expected = offline(msgs)
+    expected = offline([m.value for m in msgs if m.reason is None], CONFIG)
 
-    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG, extra=("--max-event-bytes", str(MAX_EVENT_BYTES)))
+    w = start_worker(None, CONFIG, extra=("--max-event-bytes", str(MAX_EVENT_BYTES)))
+    s = w.topics
     pid = w.proc.pid
     asyncio.run(_produce(bootstrap, s.events_topic, msgs))
     dead = consume(bootstrap, s.deadletter_topic, len(bad), timeout=90, settle=2)
@@ -94,12 +90,6 @@ def test_fuzz_through_a_worker_and_through_replay(bootstrap, tmp_path, workers):
 
     # Each valid run's decisions, in order, as offline (decisions of one gateway share a
     # partition, so per-run order is what the topic keeps).
-    def per_run(ds):
-        out: dict[str, list] = {}
-        for d in ds:
-            out.setdefault(d["run_id"], []).append(d)
-        return out
-
     assert per_run(got) == per_run(expected)
 
     # The same bad lines through `loopwarden replay`: same decisions, same reasons.
@@ -108,10 +98,7 @@ def test_fuzz_through_a_worker_and_through_replay(bootstrap, tmp_path, workers):
     src.write_bytes(b"".join((m.value or b"") + b"\n" for m in lines))
     out, dl = tmp_path / "decisions.jsonl", tmp_path / "dead.jsonl"
     p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "streams.cli",
+        command(
             "replay",
             "--config",
             str(tmp_path / "config-w.json"),
@@ -123,7 +110,7 @@ def test_fuzz_through_a_worker_and_through_replay(bootstrap, tmp_path, workers):
             str(dl),
             "--max-event-bytes",
             str(MAX_EVENT_BYTES),
-        ],
+        ),
         capture_output=True,
         cwd=ROOT,
         timeout=120,

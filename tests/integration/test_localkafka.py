@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.gateway.errors import BrokerError
 from streams.tools import localkafka
+from streams.tools.launch import command
 from tests.integration.harness import ROOT, consume, produce
 
 pytestmark = pytest.mark.integration
@@ -28,9 +28,7 @@ async def topics(bootstrap: str) -> set[str]:
 
 
 def kafka_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "streams.cli", "kafka", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
-    )
+    return subprocess.run(command("kafka", *args), capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
 def test_start_again_keeps_the_data_and_the_address_and_fresh_starts_over(tmp_path):

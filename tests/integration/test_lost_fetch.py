@@ -13,7 +13,7 @@ import time
 import pytest
 
 from detectors import DetectionConfig, decode_event, encode, replay
-from tests.integration.harness import ROOT, WorkerProcess, consume, event_records, new_prefix, produce, setup_topics
+from tests.integration.harness import ROOT, consume, event_records, produce
 
 pytestmark = pytest.mark.integration
 
@@ -21,13 +21,10 @@ CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "c
 FAULTS = ROOT / "tests" / "integration" / "faults"
 
 
-def test_events_lost_between_the_consumer_and_the_agent_are_read_again(bootstrap, tmp_path, workers):
-    prefix = new_prefix()
-    s = setup_topics(bootstrap, prefix, partitions=2)
+def test_events_lost_between_the_consumer_and_the_agent_are_read_again(bootstrap, start_worker):
     env = {"PYTHONPATH": str(FAULTS), "LOOPWARDEN_TEST_LOSE_FETCHED": "24"}
-    w = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path, partitions=2, env=env)
-    workers.append(w)
-    w.start()
+    w = start_worker(None, CONFIG, partitions=2, env=env)
+    s = w.topics
     events = [
         {
             "type": "tool_call",

@@ -8,23 +8,15 @@ the plugin sent (clients/openclaw/test/agent.integration.ts)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from detectors import DetectionConfig, decode_event, encode, replay
-from tests.integration.harness import (
-    WorkerProcess,
-    consume,
-    decisions_by_partition,
-    fresh_worker,
-    new_prefix,
-    setup_topics,
-)
-from tests.integration.test_conformance_kafka import per_run
+from detectors import decode_event
+from tests.events import distinct, offline, per_run
+from tests.integration.harness import consume, decisions_by_partition
 
 PLUGIN = Path(__file__).resolve().parents[2] / "clients" / "openclaw"
 NODE = PLUGIN / "node_modules" / ".bin" / "node"
@@ -38,7 +30,7 @@ BUDGET_CONFIG = {
 
 def run_phase(bootstrap: str, prefix: str, phase: str) -> str:
     if not NODE.exists():
-        pytest.fail(f"{NODE} is missing: run `npm ci` in clients/openclaw (.ci/run does)")
+        pytest.fail(f"{NODE} is missing (tests/conftest.py installs the plugin's packages)")
     env = dict(os.environ, LW_BOOTSTRAP=bootstrap, LW_PREFIX=prefix, LW_PHASE=phase)
     out = subprocess.run(
         [str(NODE), "--test", "--test-reporter=tap", "test/agent.integration.ts"],
@@ -53,12 +45,9 @@ def run_phase(bootstrap: str, prefix: str, phase: str) -> str:
 
 
 @pytest.mark.integration
-def test_openclaw_plugin_blocks_a_looping_agent_and_keeps_its_fail_policy(bootstrap, tmp_path, workers):
-    prefix = new_prefix()
-    setup_topics(bootstrap, prefix)
-    w = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path)
-    workers.append(w)
-    w.start()
+def test_openclaw_plugin_blocks_a_looping_agent_and_keeps_its_fail_policy(bootstrap, start_worker):
+    w = start_worker(None, CONFIG)
+    prefix = w.topics.topic_prefix
     out = run_phase(bootstrap, prefix, "worker")
     assert "# pass 3" in out and "# fail 0" in out, out[-3000:]
     w.stop()
@@ -68,21 +57,18 @@ def test_openclaw_plugin_blocks_a_looping_agent_and_keeps_its_fail_policy(bootst
 
 
 @pytest.mark.integration
-def test_openclaw_plugin_reports_usage_stops_a_spent_run_and_keeps_shadow_runs_going(bootstrap, tmp_path, workers):
-    s, w = fresh_worker(bootstrap, tmp_path, workers, BUDGET_CONFIG)
+def test_openclaw_plugin_reports_usage_stops_a_spent_run_and_keeps_shadow_runs_going(bootstrap, start_worker):
+    w = start_worker(None, BUDGET_CONFIG)
+    s = w.topics
     out = run_phase(bootstrap, s.topic_prefix, "budget")
     assert "# pass 4" in out and "# fail 0" in out, out[-3000:]
     # Everything the plugin and the client sent, in each run's order, replayed offline.
     sent = sorted(consume(bootstrap, s.events_topic, 1, timeout=30, settle=3), key=lambda m: (m.partition, m.offset))
     events = [decode_event(m.value) for m in sent]
-    expected = [json.loads(encode(d)) for d in replay(events, DetectionConfig(BUDGET_CONFIG))]
+    expected = offline(events, BUDGET_CONFIG)
     msgs = consume(bootstrap, s.decisions_topic, len(expected), timeout=60)
     # Decisions are idempotent by event_id (a worker may publish one again); gateways keep the first.
-    first: dict[str, dict] = {}
-    for part in decisions_by_partition(msgs).values():
-        for d in part:
-            first.setdefault(d["event_id"], d)
-    got = list(first.values())
+    got = distinct([d for part in decisions_by_partition(msgs).values() for d in part])
     assert len(got) == len(expected), w.tail()
     assert per_run(got) == per_run(expected)
     runs = {run.rsplit("-", 1)[0]: ds for run, ds in per_run(expected).items()}  # oc-budget-<ms> -> oc-budget

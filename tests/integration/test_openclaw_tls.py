@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
 from streams.tools import localkafka
-from tests.integration.harness import ROOT, WorkerProcess, new_prefix
+from streams.tools.launch import command
+from tests.integration.harness import ROOT, new_prefix
 
 pytestmark = pytest.mark.integration
 PLUGIN = ROOT / "clients" / "openclaw"
@@ -34,7 +34,7 @@ def secure(tmp_path_factory):
 
 
 def smoke(config: dict, calls: int = 6) -> list[str]:
-    assert NODE.exists(), "run `npm ci` in clients/openclaw (.ci/run does)"
+    assert NODE.exists(), "no clients/openclaw/node_modules (tests/conftest.py installs it)"
     p = subprocess.run(
         [str(NODE), "scripts/smoke.ts", json.dumps(config), str(calls)],
         cwd=PLUGIN,
@@ -46,7 +46,7 @@ def smoke(config: dict, calls: int = 6) -> list[str]:
     return json.loads(p.stdout)["actions"]
 
 
-def test_plugin_client_over_sasl_ssl(secure, tmp_path, workers):
+def test_plugin_client_over_sasl_ssl(secure, start_worker):
     broker, ca = secure
     prefix = new_prefix()
     flags = [
@@ -64,16 +64,14 @@ def test_plugin_client_over_sasl_ssl(secure, tmp_path, workers):
         str(ca),
     ]
     p = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "topics", "create", "--topic-prefix", prefix, *flags],
+        command("topics", "create", "--topic-prefix", prefix, *flags),
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=60,
     )
     assert p.returncode == 0, p.stderr
-    w = WorkerProcess(broker.sasl_ssl, prefix, CONFIG, tmp_path, extra=tuple(flags[2:]))
-    workers.append(w)
-    w.start()
+    start_worker(prefix, CONFIG, bootstrap=broker.sasl_ssl, extra=tuple(flags[2:]))
     config = {
         "bootstrap": broker.sasl_ssl,
         "topicPrefix": prefix,

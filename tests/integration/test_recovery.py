@@ -12,16 +12,8 @@ import time
 
 import pytest
 
-from detectors import DetectionConfig, decode_event, encode, replay
-from tests.integration.harness import (
-    WorkerProcess,
-    consume,
-    consume_distinct,
-    event_records,
-    new_prefix,
-    produce,
-    setup_topics,
-)
+from tests.events import offline
+from tests.integration.harness import WorkerProcess, consume, consume_distinct, event_records, produce, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -52,20 +44,9 @@ def phase(runs: list[str], start_seq: int, ts: int, end: set[str] = frozenset())
     return out
 
 
-def offline(events: list[dict]) -> list[dict]:
-    cfg = DetectionConfig(CONFIG)
-    return [json.loads(encode(d)) for d in replay([decode_event(json.dumps(e)) for e in events], cfg)]
-
-
-def metric(w: WorkerProcess, name: str) -> float:
-    for line in w.metrics().splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "_total "):
-            return float(line.split()[1])
-    return 0.0
-
-
 class HealthWatch:
-    """Polls a worker's /health every 5 ms from its start and keeps every status seen."""
+    """Polls a worker's /health every 5 ms from its start and keeps every status seen (a
+    sampler, not a wait: it records the statuses on the way)."""
 
     def __init__(self, w: WorkerProcess) -> None:
         self.w, self.seen, self.stop = w, set(), False
@@ -85,45 +66,38 @@ class HealthWatch:
         return self.seen
 
 
-def test_a_worker_taking_partitions_over_answers_as_offline_replay(bootstrap, tmp_path, workers):
-    prefix = new_prefix()
-    s = setup_topics(bootstrap, prefix, 8)
+def test_a_worker_taking_partitions_over_answers_as_offline_replay(bootstrap, start_worker):
     runs = [f"rec-{i}" for i in range(RUNS)]
     ended = set(runs[:200])
     idle = runs[200:400]  # their last event is far older than the partition's newest: evicted
     flags = ("--state-sweep-interval-s", "1")
-    a = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path, name="a", extra=flags)
-    workers.append(a)
-    a.start()
+    a = start_worker(None, CONFIG, name="a", extra=flags)
+    s = a.topics
     events = phase(idle, 0, T0 - 10 * IDLE_MS) + phase(runs[:200] + runs[400:], 0, T0, ended)
     produce(bootstrap, s.events_topic, event_records(events))
     consume(bootstrap, s.decisions_topic, RUNS, timeout=90)
-    deadline = time.monotonic() + 30
-    while metric(a, "loopwarden_runs_evicted") < len(idle):  # the sweep runs every second
-        assert time.monotonic() < deadline, a.tail()
-        time.sleep(0.2)
+    evicted = lambda: a.metric("loopwarden_runs_evicted") >= len(idle)  # noqa: E731 (the sweep runs every second)
+    wait_until(evicted, 30, lambda: f"the idle runs' eviction\n{a.tail()}", every=0.2)
     # A second worker joins: the partitions a keeps are not read again, b reads its own.
-    b = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path, name="b", extra=flags)
-    workers.append(b)
-    b.start(wait=False)
+    b = start_worker(s.topic_prefix, CONFIG, name="b", extra=flags, wait=False)
     watch = HealthWatch(b)
     b.wait_healthy()
     a.wait_healthy()
     seen = watch.close()
     assert "recovering" in seen and "ok" in seen, seen
-    assert metric(a, "loopwarden_partitions_kept") >= 1, a.tail()
-    assert metric(b, "loopwarden_partitions_loaded") >= 1 and metric(b, "loopwarden_states_loaded") > 0, b.tail()
+    assert a.metric("loopwarden_partitions_kept") >= 1, a.tail()
+    assert b.metric("loopwarden_partitions_loaded") >= 1 and b.metric("loopwarden_states_loaded") > 0, b.tail()
     more = phase(runs, 10, T0 + 1000)  # every run again: open runs repeat, ended and idle runs start over
     produce(bootstrap, s.events_topic, event_records(more))
     consume_distinct(bootstrap, s.decisions_topic, 2 * RUNS, timeout=120)
     # a is killed: b takes its partitions over mid-stream and reads their states.
-    loaded = metric(b, "loopwarden_partitions_loaded")
+    loaded = b.metric("loopwarden_partitions_loaded")
     a.kill()
     last = phase(runs, 20, T0 + 2000)
     produce(bootstrap, s.events_topic, event_records(last))
     got = [json.loads(m.value) for m in consume_distinct(bootstrap, s.decisions_topic, 3 * RUNS, timeout=120)]
-    assert metric(b, "loopwarden_partitions_loaded") > loaded, b.tail()
-    expected = offline(events + more + last)
+    assert b.metric("loopwarden_partitions_loaded") > loaded, b.tail()
+    expected = offline(events + more + last, CONFIG)
     key = lambda d: d["event_id"]  # noqa: E731
     assert sorted(got, key=key) == sorted(expected, key=key)
     # Open runs carried their history across owners: their third call is warned.

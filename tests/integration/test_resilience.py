@@ -5,22 +5,20 @@ from __future__ import annotations
 
 import json
 import random
-import re
-import time
 
 import pytest
 
 from benchmarks.trace import generate
-from detectors import DetectionConfig, Folded, decode_event, encode, encode_state, fold, replay
+from detectors import DetectionConfig, Folded, encode_state, fold
+from streams.worker.run_store import ENDED
+from tests.events import distinct, offline, per_run
 from tests.integration.harness import (
-    WorkerProcess,
+    committed,
     consume,
     decisions_by_partition,
     event_records,
-    fresh_worker,
-    new_prefix,
     produce,
-    setup_topics,
+    wait_until,
 )
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}}
@@ -39,37 +37,9 @@ def call(run: str, seq: int, **kw) -> dict:
     }
 
 
-def offline(events: list[dict]) -> list[dict]:
-    cfg = DetectionConfig(CONFIG)
-    return [json.loads(encode(d)) for d in replay([decode_event(json.dumps(e)) for e in events], cfg)]
-
-
-def by_run(decisions) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for d in decisions:
-        out.setdefault(d["run_id"], []).append(d)
-    return out
-
-
-def dedupe(decisions: list[dict]) -> list[dict]:
-    """Decisions are idempotent by event_id: a repeat must be identical, and is dropped."""
-    seen: dict[str, dict] = {}
-    out = []
-    for d in decisions:
-        first = seen.setdefault(d["event_id"], d)
-        if first is d:
-            out.append(d)
-        else:
-            assert first == d, f"two different decisions for {d['event_id']}"
-    return out
-
-
-def test_bad_input_goes_to_the_dead_letter_topic(bootstrap, tmp_path, workers):
-    prefix = new_prefix()
-    s = setup_topics(bootstrap, prefix)
-    w = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path, extra=("--max-event-bytes", "65536"))
-    workers.append(w)
-    w.start()
+def test_bad_input_goes_to_the_dead_letter_topic(bootstrap, start_worker):
+    w = start_worker(None, CONFIG, extra=("--max-event-bytes", "65536"))
+    s = w.topics
     pid = w.proc.pid
     good = [call("r-bad", i) for i in range(6)]
     bad = [
@@ -99,7 +69,7 @@ def test_bad_input_goes_to_the_dead_letter_topic(bootstrap, tmp_path, workers):
     assert "$.seq" in reasons[bad[3][1]][1]
     assert reasons[bad[4][1]][0] == "oversize"
     got = [json.loads(m.value) for m in decided]
-    assert got == offline(good)
+    assert got == offline(good, CONFIG)
     assert w.alive() and w.proc.pid == pid and w.starts == 1
     assert 'loopwarden_dead_letters_total{reason="decode_error"} 4.0' in w.metrics()
 
@@ -108,29 +78,28 @@ def trace(n: int, seed: int) -> list[dict]:
     return [json.loads(x) for x in generate(n, seed=seed, concurrent=60)]
 
 
-def test_two_workers_decide_as_one(bootstrap, tmp_path, workers):
+def test_two_workers_decide_as_one(bootstrap, start_worker):
     events = trace(3000, seed=11)
-    expected = by_run(offline(events))
+    expected = per_run(offline(events, CONFIG))
     results = []
     for n_workers in (1, 2):
-        prefix = new_prefix()
-        s = setup_topics(bootstrap, prefix, partitions=8)
-        ws = [WorkerProcess(bootstrap, prefix, CONFIG, tmp_path, name=f"{n_workers}-{i}") for i in range(n_workers)]
-        workers.extend(ws)
-        for w in ws:
-            w.start(wait=False)
+        first = start_worker(None, CONFIG, name=f"{n_workers}-0", wait=False)
+        s = first.topics
+        more = [start_worker(s.topic_prefix, CONFIG, name=f"{n_workers}-{i}", wait=False) for i in range(1, n_workers)]
+        ws = [first, *more]
         for w in ws:
             w.wait_healthy()
-        time.sleep(3 if n_workers > 1 else 0)  # let the group settle on two members
+        settled = lambda: all(w.partitions() for w in ws)  # noqa: E731,B023 (ws of this round)
+        wait_until(settled, 60, "the group to settle on every member")
         produce(bootstrap, s.events_topic, event_records(events))
         want = sum(len(v) for v in expected.values())
         msgs = consume(bootstrap, s.decisions_topic, want, timeout=120, settle=2)
-        got = dedupe([d for part in decisions_by_partition(msgs).values() for d in part])
-        assert by_run(got) == expected, f"{n_workers} worker(s)"
-        results.append(by_run(got))
+        got = distinct([d for part in decisions_by_partition(msgs).values() for d in part])
+        assert per_run(got) == expected, f"{n_workers} worker(s)"
+        results.append(per_run(got))
         if n_workers == 2:
             assert all(w.alive() for w in ws)
-            applied = [float(re.search(r"^loopwarden_events_total (\S+)$", w.metrics(), re.M).group(1)) for w in ws]
+            applied = [w.metric("loopwarden_events") for w in ws]
             assert all(n > 0 for n in applied), f"both workers must take partitions and apply events: {applied}"
             assert sum(applied) >= len(events)
         for w in ws:
@@ -138,28 +107,25 @@ def test_two_workers_decide_as_one(bootstrap, tmp_path, workers):
     assert results[0] == results[1]
 
 
-def test_killed_worker_resumes_from_the_changelog(bootstrap, tmp_path, workers):
+def test_killed_worker_resumes_from_the_changelog(bootstrap, start_worker):
     events = trace(4000, seed=5)
-    expected = offline(events)
-    prefix = new_prefix()
-    s = setup_topics(bootstrap, prefix)
-    w = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path)
-    workers.append(w)
-    w.start()
+    expected = offline(events, CONFIG)
+    w = start_worker(None, CONFIG)
+    s = w.topics
     half = len(events) // 2
     produce(bootstrap, s.events_topic, event_records(events[:half]))
-    want_first = len(offline(events[:half]))
+    want_first = len(offline(events[:half], CONFIG))
     consume(bootstrap, s.decisions_topic, random.Random(1).randrange(want_first // 2, want_first), timeout=60, settle=0)
     w.kill()  # SIGKILL, mid-stream or just after
     w.start()
     produce(bootstrap, s.events_topic, event_records(events[half:]))
     msgs = consume(bootstrap, s.decisions_topic, len(expected), timeout=120, settle=3)
-    got = dedupe([d for part in decisions_by_partition(msgs).values() for d in part])
-    assert by_run(got) == by_run(expected)
+    got = distinct([d for part in decisions_by_partition(msgs).values() for d in part])
+    assert per_run(got) == per_run(expected)
     assert w.starts == 2 and w.alive()
 
 
-def test_a_stopped_worker_leaves_every_run_state_in_the_changelog(bootstrap, tmp_path, workers):
+def test_a_stopped_worker_leaves_every_run_state_in_the_changelog(bootstrap, start_worker):
     # States are written once per flush interval; a SIGTERM must store the last ones
     # before the worker exits, so the changelog holds each run's state after its last
     # event (a tombstone for an ended run), byte for byte the offline fold.
@@ -170,9 +136,10 @@ def test_a_stopped_worker_leaves_every_run_state_in_the_changelog(bootstrap, tmp
         assert isinstance(f, Folded), f
         final[f.event.run_id.encode()] = None if f.after is None else encode_state(f.after)
     assert any(v is None for v in final.values()) and any(v is not None for v in final.values())
-    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG, extra=("--flush-interval-ms", "60000"))
+    w = start_worker(None, CONFIG, extra=("--flush-interval-ms", "60000"))
+    s = w.topics
     produce(bootstrap, s.events_topic, event_records(events))
-    consume(bootstrap, s.decisions_topic, len(offline(events)), timeout=60, settle=0)
+    consume(bootstrap, s.decisions_topic, len(offline(events, CONFIG)), timeout=60, settle=0)
     w.stop()
     assert w.proc.returncode == 0, "the worker must exit by itself on SIGTERM, not be killed"
     stored: dict[bytes, bytes | None] = {}
@@ -183,7 +150,7 @@ def test_a_stopped_worker_leaves_every_run_state_in_the_changelog(bootstrap, tmp
     assert stored == final
 
 
-def test_a_run_that_ended_just_before_a_crash_is_answered_as_before(bootstrap, tmp_path, workers):
+def test_a_run_that_ended_just_before_a_crash_is_answered_as_before(bootstrap, start_worker):
     # A run warns, then ends; the worker is killed before Faust commits the
     # run_end, so its successor replays the run. Each replayed call must get its first
     # decision back (not one of a run starting from nothing), and the same run_id, used
@@ -191,23 +158,31 @@ def test_a_run_that_ended_just_before_a_crash_is_answered_as_before(bootstrap, t
     events = [call("r-end", i, params={"path": "/same"}) for i in range(8)]
     events.append({"type": "run_end", "run_id": "r-end", "seq": 8, "gateway_id": "gw-1"})
     again = [call("r-end", 0, params={"path": "/other"})]  # a new run: same event_id as the first call
-    first, later = offline(events), offline(again)
+    first, later = offline(events, CONFIG), offline(again, CONFIG)
     assert "warn" in {d["action"] for d in first}
-    s, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG, extra=("--flush-interval-ms", "100"))
+    w = start_worker(None, CONFIG, extra=("--flush-interval-ms", "100"))
+    s = w.topics
     produce(bootstrap, s.events_topic, event_records(events[:4]))
     consume(bootstrap, s.decisions_topic, 4, timeout=60, settle=0)
-    time.sleep(4)  # Faust commits every 2.8 s: the replay will start mid-run
+    # Faust commits every 2.8 s: once the first four are committed, the replay will start mid-run
+    wait_until(lambda: committed(bootstrap, s.app_id, s.events_topic) >= 4, 30, "the first events' commit", every=0.2)
     produce(bootstrap, s.events_topic, event_records(events[4:]))
     consume(bootstrap, s.decisions_topic, 8, timeout=60, settle=0)
-    time.sleep(0.5)  # the run's last state is flushed and its events acknowledged
+
+    def ended_on_the_changelog() -> bool:  # the run's last state is flushed, and so its events acknowledged
+        records = consume(bootstrap, s.changelog_topic, 1, timeout=5, settle=0.2)
+        return any(m.key == b"r-end" and (m.value or b"").startswith(ENDED) for m in records)
+
+    wait_until(ended_on_the_changelog, 30, "the run's ended record on the changelog")
     w.kill()
     w.start()
     produce(bootstrap, s.events_topic, event_records(again))
-    deadline = time.monotonic() + 60
-    while True:
+
+    def decided_again() -> tuple[list[dict], list[dict]] | None:
         got = [json.loads(m.value) for m in consume(bootstrap, s.decisions_topic, 9, timeout=5, settle=1)]
         new_run = [d for d in got if d["args_hash"] == later[0]["args_hash"]]
-        if new_run or time.monotonic() > deadline:
-            break
+        return (got, new_run) if new_run else None
+
+    got, new_run = wait_until(decided_again, 60, "the new run's decision", every=0)
     assert new_run == later
-    assert dedupe([d for d in got if d not in new_run]) == first
+    assert distinct([d for d in got if d not in new_run]) == first

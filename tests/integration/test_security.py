@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
 
 import pytest
@@ -17,7 +16,8 @@ from streams.gateway import settings as settings_mod
 from streams.gateway.client import GatewayClient
 from streams.gateway.errors import BrokerError
 from streams.tools import localkafka
-from tests.integration.harness import ROOT, WorkerProcess, consume, new_prefix
+from streams.tools.launch import command
+from tests.integration.harness import ROOT, consume, new_prefix
 
 pytestmark = pytest.mark.integration
 PASSWORD = "Sc7am-pa55word-9f1c"
@@ -62,19 +62,7 @@ def flags(broker, ca, password: str = PASSWORD, mechanism: str = "SCRAM-SHA-256"
 def topics_create(args: list[str], prefix: str) -> tuple[subprocess.CompletedProcess, float]:
     t = time.monotonic()
     p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "streams.cli",
-            "topics",
-            "create",
-            "--topic-prefix",
-            prefix,
-            "--partitions",
-            "4",
-            "--json",
-            *args,
-        ],
+        command("topics", "create", "--topic-prefix", prefix, "--partitions", "4", "--json", *args),
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -83,7 +71,7 @@ def topics_create(args: list[str], prefix: str) -> tuple[subprocess.CompletedPro
     return p, time.monotonic() - t
 
 
-def test_worker_and_client_over_sasl_ssl_keep_the_password_to_themselves(secure, tmp_path, workers):
+def test_worker_and_client_over_sasl_ssl_keep_the_password_to_themselves(secure, start_worker):
     broker, ca = secure
     prefix = new_prefix()
     p, _ = topics_create(flags(broker, ca), prefix)
@@ -94,16 +82,13 @@ def test_worker_and_client_over_sasl_ssl_keep_the_password_to_themselves(secure,
     )
 
     # The worker speaks SCRAM-SHA-512, the client and `topics create` SCRAM-SHA-256.
-    w = WorkerProcess(
-        broker.sasl_ssl,
+    w = start_worker(
         prefix,
         CONFIG,
-        tmp_path,
+        bootstrap=broker.sasl_ssl,
         partitions=4,
         extra=tuple(flags(broker, ca, mechanism="SCRAM-SHA-512")[2:]),
     )
-    workers.append(w)
-    w.start()
     s = settings_mod.build(
         {
             "bootstrap": broker.sasl_ssl,
@@ -137,7 +122,7 @@ def test_worker_and_client_over_sasl_ssl_keep_the_password_to_themselves(secure,
     assert PASSWORD not in log
 
 
-def test_a_wrong_password_fails_fast_and_says_authentication_failed(secure, tmp_path, workers):
+def test_a_wrong_password_fails_fast_and_says_authentication_failed(secure, start_worker):
     broker, ca = secure
     wrong = "not-the-" + PASSWORD
     p, took = topics_create(flags(broker, ca, password=wrong), new_prefix())
@@ -150,17 +135,15 @@ def test_a_wrong_password_fails_fast_and_says_authentication_failed(secure, tmp_
     assert wrong not in p.stderr and PASSWORD not in p.stderr
 
     # A worker with the wrong password ends as fast, with the same message in its log.
-    w = WorkerProcess(
-        broker.sasl_ssl,
+    t = time.monotonic()
+    w = start_worker(
         new_prefix(),
         CONFIG,
-        tmp_path,
+        bootstrap=broker.sasl_ssl,
         name="wrong",
         extra=tuple(flags(broker, ca, password=wrong, mechanism="SCRAM-SHA-512")[2:]),
+        wait=False,
     )
-    workers.append(w)
-    t = time.monotonic()
-    w.start(wait=False)
     assert w.proc is not None
     code = w.proc.wait(15)
     assert time.monotonic() - t < 15

@@ -10,7 +10,6 @@ import pty
 import select
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -19,6 +18,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from detectors.wire import Decision, encode
+from streams.tools.launch import command
 
 from .harness import ROOT, new_prefix, setup_topics
 
@@ -95,19 +95,7 @@ def produce_decisions(bootstrap: str, topic: str, decisions: list[Decision], ts_
 
 def top(bootstrap: str, prefix: str, *extra: str, timeout: float = 90) -> dict:
     p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "streams.cli",
-            "top",
-            "--bootstrap",
-            bootstrap,
-            "--topic-prefix",
-            prefix,
-            "--once",
-            "--json",
-            *extra,
-        ],
+        command("top", "--bootstrap", bootstrap, "--topic-prefix", prefix, "--once", "--json", *extra),
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -209,10 +197,7 @@ def test_live_json_lines_start_from_now_and_scrape_worker_lag(bootstrap):
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         p = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streams.cli",
+            command(
                 "top",
                 "--bootstrap",
                 bootstrap,
@@ -225,7 +210,7 @@ def test_live_json_lines_start_from_now_and_scrape_worker_lag(bootstrap):
                 f"127.0.0.1:{srv.server_address[1]}",
                 "--worker-metrics",
                 "127.0.0.1:9",
-            ],
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -252,14 +237,11 @@ def test_the_live_view_on_a_terminal_quits_cleanly_on_ctrl_c(bootstrap):
     prefix = new_prefix()
     s = setup_topics(bootstrap, prefix, partitions=2)
     env = {**os.environ, "COLUMNS": "80", "LINES": "24", "TERM": "xterm-256color"}
+    argv = command("top", "--bootstrap", bootstrap, "--topic-prefix", prefix)
     pid, fd = pty.fork()
     if pid == 0:  # the child: top on a pseudo-terminal
         os.chdir(ROOT)
-        os.execve(
-            sys.executable,
-            [sys.executable, "-m", "streams.cli", "top", "--bootstrap", bootstrap, "--topic-prefix", prefix],
-            env,
-        )
+        os.execve(argv[0], argv, env)
     out = b""
 
     def read_for(seconds: float) -> None:
@@ -284,7 +266,9 @@ def test_the_live_view_on_a_terminal_quits_cleanly_on_ctrl_c(bootstrap):
             [decision("tty-run-1", 1, "gw-0", "abort", "compaction_loop_persisted", 3, tool="bash")],
             int(time.time() * 1000),
         )
-        read_for(3)
+        deadline = time.monotonic() + 3
+        while b"tty-run-1" not in out and time.monotonic() < deadline:
+            read_for(0.2)
         assert b"tty-run-1" in out, out[-3000:]
         os.kill(pid, signal.SIGINT)
         deadline = time.monotonic() + 20

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from streams.tools.launch import command
 from tests.integration.harness import ROOT, new_prefix
 
 pytestmark = pytest.mark.integration
@@ -38,20 +38,7 @@ async def describe(bootstrap: str, names: list[str]) -> dict[str, tuple[int, str
 
 def test_topics_create_is_idempotent_and_sets_cleanup_policies(bootstrap):
     prefix = new_prefix()
-    cmd = [
-        sys.executable,
-        "-m",
-        "streams.cli",
-        "topics",
-        "create",
-        "--bootstrap",
-        bootstrap,
-        "--topic-prefix",
-        prefix,
-        "--partitions",
-        "3",
-        "--json",
-    ]
+    cmd = command("topics", "create", "--bootstrap", bootstrap, "--topic-prefix", prefix, "--partitions", "3", "--json")
     first = json.loads(subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True, timeout=60).stdout)
     again = json.loads(subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True, timeout=60).stdout)
     assert sorted(first["created"]) == sorted(first["topics"]) and again["created"] == []

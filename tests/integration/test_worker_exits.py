@@ -14,7 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from benchmarks.trace import generate
-from tests.integration.harness import WorkerProcess, event_records, fresh_worker, new_prefix, produce, setup_topics
+from tests.integration.harness import WorkerProcess, event_records, new_prefix, produce, setup_topics, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +65,8 @@ def watch_until_exit(
     None if no crash was logged within `crash_within` s of the start; the statuses seen
     after the crash was logged). The log (from `offset`, where this start's lines begin)
     is read before /health each time, so an 'ok' counted here was answered after the
-    crash."""
+    crash. (It samples /health on the way to the exit, every 0.05 s: not a wait for one
+    state.)"""
     t0 = time.monotonic()
     crashed_at = None
     after_crash: list[str] = []
@@ -87,18 +88,16 @@ def watch_until_exit(
     return time.monotonic() - crashed_at, after_crash
 
 
-def doomed_worker(bootstrap: str, tmp_path, workers: list) -> tuple:
+def doomed_worker(bootstrap: str, start_worker) -> tuple:
     """A worker (not started) whose decisions topic takes no decision: (settings, worker)."""
     prefix = new_prefix()
     s = setup_topics(bootstrap, prefix, partitions=2)
     unwritable(bootstrap, s.decisions_topic)
-    w = WorkerProcess(bootstrap, prefix, CONFIG, tmp_path, partitions=2, extra=("--stop-timeout-s", "20"))
-    workers.append(w)
-    return s, w
+    return s, start_worker(prefix, CONFIG, partitions=2, extra=("--stop-timeout-s", "20"), start=False)
 
 
-def test_a_worker_whose_output_cannot_be_published_exits_every_time(bootstrap, tmp_path, workers):
-    s, w = doomed_worker(bootstrap, tmp_path, workers)
+def test_a_worker_whose_output_cannot_be_published_exits_every_time(bootstrap, start_worker):
+    s, w = doomed_worker(bootstrap, start_worker)
     took, codes, seen, reread = [], [], [], 0
     for start in range(1, 21):
         # From the second start on, the unacknowledged events of the last one are
@@ -123,25 +122,22 @@ def test_a_worker_whose_output_cannot_be_published_exits_every_time(bootstrap, t
     assert "ok" not in seen, seen
 
 
-def test_sigterm_stops_an_idle_worker(bootstrap, tmp_path, workers):
-    _, w = fresh_worker(bootstrap, tmp_path, workers, CONFIG, extra=("--stop-timeout-s", "20"))
+def test_sigterm_stops_an_idle_worker(start_worker):
+    w = start_worker(None, CONFIG, extra=("--stop-timeout-s", "20"))
     t0 = time.monotonic()
     w.stop(timeout=BOUND_S + 10)
     assert time.monotonic() - t0 < BOUND_S and w.proc.returncode == 0, w.tail()
 
 
 @pytest.mark.parametrize("flush_ms", ["100", "600000"], ids=["folding", "flushing"])
-def test_sigterm_stops_a_busy_worker(bootstrap, tmp_path, workers, flush_ms):
+def test_sigterm_stops_a_busy_worker(bootstrap, start_worker, flush_ms):
     # "folding": a long burst is being folded; "flushing": nothing was flushed yet, so
     # the stop writes thousands of run states while events keep arriving.
-    s, w = fresh_worker(
-        bootstrap, tmp_path, workers, CONFIG, extra=("--stop-timeout-s", "20", "--flush-interval-ms", flush_ms)
-    )
+    w = start_worker(None, CONFIG, extra=("--stop-timeout-s", "20", "--flush-interval-ms", flush_ms))
+    s = w.topics
     events = [json.loads(x) for x in generate(30_000, seed=3, concurrent=3000)]
     produce(bootstrap, s.events_topic, event_records(events[:10_000]))
-    deadline = time.monotonic() + 60
-    while "loopwarden_events_total 0.0" in w.metrics() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: w.metric("loopwarden_events") > 0, 60, "the first events folded")
     t0 = time.monotonic()
     os.killpg(w.proc.pid, signal.SIGTERM)
     produce(bootstrap, s.events_topic, event_records(events[10_000:12_000]))
@@ -150,16 +146,13 @@ def test_sigterm_stops_a_busy_worker(bootstrap, tmp_path, workers, flush_ms):
     assert w.proc.returncode == 0, w.tail()
 
 
-def test_sigterm_stops_a_rebalancing_worker(bootstrap, tmp_path, workers):
-    s, w1 = fresh_worker(bootstrap, tmp_path, workers, CONFIG, extra=("--stop-timeout-s", "20"))
+def test_sigterm_stops_a_rebalancing_worker(bootstrap, start_worker):
+    w1 = start_worker(None, CONFIG, extra=("--stop-timeout-s", "20"))
+    s = w1.topics
     produce(bootstrap, s.events_topic, event_records(calls("r", 200)))
-    w2 = WorkerProcess(bootstrap, s.topic_prefix, CONFIG, tmp_path, name="second", extra=("--stop-timeout-s", "20"))
-    workers.append(w2)
-    w2.start(wait=False)
-    deadline = time.monotonic() + 60
-    while (w1.health() or {}).get("status") == "ok" and time.monotonic() < deadline:
-        time.sleep(0.05)  # the second member joined: the first is rebalancing now
-    assert (w1.health() or {}).get("status") != "ok", "the group never rebalanced"
+    w2 = start_worker(s.topic_prefix, CONFIG, name="second", extra=("--stop-timeout-s", "20"), wait=False)
+    # the second member joined: the first is rebalancing now
+    wait_until(lambda: (w1.health() or {}).get("status") != "ok", 60, "the group to rebalance")
     t0 = time.monotonic()
     w1.stop(timeout=BOUND_S + 10)
     assert time.monotonic() - t0 < BOUND_S, w1.tail()
@@ -167,13 +160,12 @@ def test_sigterm_stops_a_rebalancing_worker(bootstrap, tmp_path, workers):
     assert w2.proc.returncode is not None
 
 
-def test_sigterm_stops_a_crashed_worker(bootstrap, tmp_path, workers):
-    s, w = doomed_worker(bootstrap, tmp_path, workers)
+def test_sigterm_stops_a_crashed_worker(bootstrap, start_worker):
+    s, w = doomed_worker(bootstrap, start_worker)
     w.start()
     produce(bootstrap, s.events_topic, event_records(calls("r", 20)))
-    deadline = time.monotonic() + 30
-    while "stopping the worker" not in w.tail(1_000_000) and w.alive() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    crashed = lambda: "stopping the worker" in w.tail(1_000_000) or not w.alive()  # noqa: E731
+    wait_until(crashed, 30, "the worker's crash", every=0.02)
     t0 = time.monotonic()
     if w.alive():
         os.killpg(w.proc.pid, signal.SIGTERM)

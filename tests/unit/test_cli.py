@@ -2,9 +2,8 @@
 
 import json
 import subprocess
-import sys
 
-CMD = [sys.executable, "-m", "streams.cli"]
+from streams.tools.launch import command
 
 
 def call(seq, tool="read", **kw):
@@ -20,7 +19,7 @@ def call(seq, tool="read", **kw):
 
 
 def run(args, stdin=b""):
-    return subprocess.run(CMD + args, input=stdin, capture_output=True, timeout=60)
+    return subprocess.run(command(*args), input=stdin, capture_output=True, timeout=60)
 
 
 def test_bad_lines_are_named_skipped_and_set_aside(tmp_path):
@@ -90,6 +89,6 @@ def test_unreachable_broker_is_a_named_error():
     from streams.tools.localkafka import free_port
 
     addr = f"127.0.0.1:{free_port()}"  # nothing listens there
-    p = subprocess.run(CMD + ["topics", "create", "--bootstrap", addr], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(command("topics", "create", "--bootstrap", addr), capture_output=True, text=True, timeout=60)
     assert p.returncode == 1
     assert f"Error: cannot reach Kafka at {addr}" in p.stderr and "Traceback" not in p.stderr

@@ -21,20 +21,13 @@ from detectors import (
     replay,
 )
 from detectors.state import ANSWER_CHUNK, MAX_WARNING_KEYS, REMEMBERED_DECISIONS, remembered, settled
-from tests.events import SMALL_CONFIG, interleaved, lines, runs
+from tests.events import SMALL_CONFIG, interleaved, lines, per_run, runs
 
 CONFIG = DetectionConfig(SMALL_CONFIG)
 
 
 def decide(raw_lines, config=CONFIG) -> list[bytes]:
     return [encode(d) for d in replay([decode_event(x) for x in raw_lines], config)]
-
-
-def per_run(decisions: list[bytes]) -> dict[str, list[bytes]]:
-    out: dict[str, list[bytes]] = {}
-    for d in decisions:
-        out.setdefault(json.loads(d)["run_id"], []).append(d)
-    return out
 
 
 @settings(max_examples=150, deadline=None)

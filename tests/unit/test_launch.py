@@ -58,6 +58,7 @@ def test_health_is_none_when_nothing_answers():
 
 
 def test_stop_kills_a_child_that_ignores_sigterm_after_the_bound():
+    # a child that ignores SIGTERM and sleeps on purpose: only the SIGKILL after the bound ends it
     code = (
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
     )

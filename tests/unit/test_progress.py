@@ -13,6 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from streams.tools.launch import command
+
 ROOT = Path(__file__).resolve().parents[2]
 
 BAR = """
@@ -22,7 +24,7 @@ p = Progress("auditing", 1000)
 assert p.shown
 for done in range(0, 1001, 100):
     p.update(done)
-    time.sleep(0.05)
+    time.sleep(0.05)  # paces the work on purpose: the bar draws a rate
 p.close()
 print("finished")
 """
@@ -73,7 +75,7 @@ def test_replay_on_a_terminal_keeps_its_output_clean(tmp_path):
     src, cfg = tmp_path / "events.jsonl", tmp_path / "config.json"
     src.write_bytes(b"\n".join(generate(3000)) + b"\n")
     cfg.write_text(json.dumps(CONFIG))
-    cmd = [sys.executable, "-m", "streams.cli", "replay", "--config", str(cfg), "--input", str(src)]
+    cmd = command("replay", "--config", str(cfg), "--input", str(src))
     code, out, shown = on_a_terminal(cmd)
     assert code == 0, shown
     lines = out.splitlines()

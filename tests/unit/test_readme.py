@@ -5,10 +5,10 @@ import importlib
 import re
 import shlex
 import subprocess
-import sys
 
 import pytest
 
+from streams.tools.launch import command
 from tests.conftest import ROOT
 
 
@@ -23,9 +23,7 @@ def test_readme_replay_example_runs():
     assert cmds, "the README shows an offline replay example"
     for cmd in cmds:
         argv = shlex.split(cmd)
-        p = subprocess.run(
-            [sys.executable, "-m", "streams.cli", *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=60
-        )
+        p = subprocess.run(command(*argv[1:]), cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert p.returncode == 0, p.stderr
         actions = [line.split('"action":"')[1].split('"')[0] for line in p.stdout.splitlines()]
         assert actions[-1] == "block" and "warn" in actions
