@@ -1,5 +1,15 @@
+"""What every test shares: the conformance scenarios, and the OpenClaw plugin's npm
+packages, installed by the test session itself when they are missing or stale."""
+
+import fcntl
+import hashlib
 import os
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,3 +37,38 @@ def scenario_files(v2: tuple[str, ...] = ()) -> list[Path]:
 
 V2_ALL = ("210", "220", "230", "240")  # budgets, the tool breaker, shadow mode, stop orders
 V2_PER_RUN = ("210", "230")  # the v2 sections a worker decides without the fleet stage
+
+
+PLUGIN = ROOT / "clients" / "openclaw"
+NPM_CI = ("ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error")
+
+
+def openclaw_packages_stale() -> bool:
+    """Whether clients/openclaw's node_modules is missing or older than its package-lock.json
+    (npm ci writes node_modules/.package-lock.json last)."""
+    installed = PLUGIN / "node_modules" / ".package-lock.json"
+    return not installed.exists() or installed.stat().st_mtime < (PLUGIN / "package-lock.json").stat().st_mtime
+
+
+@pytest.fixture(scope="session")
+def openclaw_packages() -> Path:
+    """The OpenClaw plugin's npm packages (its own Node 24 among them): `npm ci` in
+    clients/openclaw when they are missing or stale, once per session, under a file lock
+    (two test sessions at once install them once). No npm fails the test, never skips it."""
+    key = hashlib.sha256(str(PLUGIN).encode()).hexdigest()[:12]
+    with open(Path(tempfile.gettempdir()) / f"loopwarden-npm-ci-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if openclaw_packages_stale():
+            npm = shutil.which("npm")
+            assert npm, "npm is not installed: the OpenClaw plugin's tests need Node.js and npm (README, prerequisites)"
+            p = subprocess.run([npm, *NPM_CI], cwd=PLUGIN, capture_output=True, text=True, timeout=540)
+            assert p.returncode == 0, f"npm ci in {PLUGIN} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return PLUGIN / "node_modules"
+
+
+@pytest.fixture(autouse=True)
+def _openclaw_tests_get_the_plugins_packages(request):
+    """Tests in files named test_openclaw_* run the plugin: its packages are installed
+    first (`openclaw_packages`)."""
+    if request.node.path.name.startswith("test_openclaw"):
+        request.getfixturevalue("openclaw_packages")

@@ -22,7 +22,7 @@ BIN = PLUGIN / "node_modules" / ".bin"
 @pytest.mark.integration
 def test_openclaw_installs_validates_and_loads_the_plugin(tmp_path):
     npm = shutil.which("npm")
-    assert npm and (BIN / "openclaw").exists(), "run `npm ci` in clients/openclaw (.ci/run does)"
+    assert npm and (BIN / "openclaw").exists(), "no clients/openclaw/node_modules (tests/conftest.py installs it)"
     home = tmp_path / "home"
     home.mkdir()
     env = dict(os.environ, HOME=str(home), PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", NO_COLOR="1")
