@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from streams.tools.launch import command
-from tests.integration.harness import ROOT, consume, produce, wait_until
+from tests.integration.harness import ROOT, audit, consume, produce, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -166,6 +166,11 @@ def test_one_breaker_for_three_workers_and_its_alerts_reach_a_webhook(bootstrap,
         assert all(a in hook.delivered() for a in on_topic)
         assert hook.got[0][0] == 500 and posted[0] == posted[1] == posted[2], posted[:3]
         assert len(posted) <= len(on_topic) + 2
+        # An audit of the whole run replays each call with the breaker its decision names:
+        # every decision matches (the workers were pinned with --config: the audit is told it).
+        code, out = audit(bootstrap, prefix, "--from", "beginning", "--worker-config", str(tmp_path / "config-w0.json"))
+        assert code == 0 and out["matched"] == out["decisions_recorded"] == 90, out
+        assert out["fleet"]["signals_applied"] == {"breaker": 30} and out["fleet"]["judged_late"] == 0, out["fleet"]
     finally:
         follower.terminate()
         follower.wait(10)
