@@ -152,7 +152,11 @@ def install(app: Any, settings: Settings, ledger: FleetLedger, config_of: Any, m
             rule = ToolBreakerFold(cfg.tool_breaker, recheck_late=True)  # failures come in the order folded
             state = windows.get(event.key)
             if state is not None:
-                import_tool(rule, fail.tool, state)
+                try:
+                    import_tool(rule, fail.tool, state)
+                except (msgspec.DecodeError, TypeError, ValueError) as exc:  # never stop the stage
+                    log.warning("starting the window of %r afresh: its stored state is unreadable: %s", fail.tool, exc)
+                    rule = ToolBreakerFold(cfg.tool_breaker, recheck_late=True)
             b = rule.observe(fail.tool, fail.outcome, fail.ts, fail.run_id, fail.gateway_id)
             windows[event.key] = export_tool(rule, fail.tool)
             if b is not None:
