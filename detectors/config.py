@@ -87,6 +87,9 @@ class AgentConfig(Struct, frozen=True):
     budgets: Budgets | None = None  # None: no ceiling at all (the common case, checked first)
     enforce: bool = True  # false: shadow mode (semantics.md section 10)
     holdout_percent: int = 0  # global: runs held out (section 10)
+    # No budget, enforced, none held out: an allowed call needs no policy rule (checked
+    # on every call, so one field rather than three).
+    plain_policy: bool = True
 
     def switched_on(self, switch: str) -> bool:
         """Whether `tools.loopDetection.detectors.<switch>` is on for this agent."""
@@ -277,6 +280,7 @@ def resolve(
         budgets=budgets if budgets != NO_BUDGETS else None,
         enforce=policy.enforce,
         holdout_percent=fleet.holdout_percent,
+        plain_policy=budgets == NO_BUDGETS and policy.enforce and not fleet.holdout_percent,
     )
 
 

@@ -183,7 +183,7 @@ def _on_call(
             v = detector.evaluate(scan, cfg)
             if v is not None:
                 break
-    if v is not None or cfg.budgets is not None or not cfg.enforce or cfg.holdout_percent or (fleet and fleet.breakers):
+    if v is not None or not cfg.plain_policy or (fleet is not None and fleet.breakers):
         return _judged(state, ev, tool, sig, key, keys, cfg, ts, v, fleet)
     # allow, enforced, no budget, no breaker: the common case, inlined
     seq = ev.seq
@@ -494,10 +494,11 @@ def apply(
                 f"stale tool_call: seq {ev.seq} <= last applied seq {state.last_seq} of run {ev.run_id!r}"
             )
         return state, _NO_DECISIONS
-    if isinstance(ev, ToolCall):
-        return _on_call(state, ev, config.for_agent(ev.agent_id), ts, fleet)
-    if isinstance(ev, ToolResult):
-        return _on_result(state, ev, config.for_agent(ev.agent_id), ts)
+    kind = type(ev)  # (the event types have no subclasses; `is` is cheaper than isinstance)
+    if kind is ToolCall:
+        return _on_call(state, ev, config.for_agent(ev.agent_id), ts, fleet)  # type: ignore[arg-type]
+    if kind is ToolResult:
+        return _on_result(state, ev, config.for_agent(ev.agent_id), ts)  # type: ignore[arg-type]
     if isinstance(ev, Usage):
         return _on_usage(state, ev, config.for_agent(ev.agent_id), ts)
     if isinstance(ev, RunEnd):

@@ -12,7 +12,7 @@ from typing import IO, Any, TextIO
 from detectors import Decision, DetectionConfig
 from detectors.errors import DecodeError, LoopwardenError
 from detectors.fleet import FleetRecord, decode_fleet_record
-from detectors.ingest import DEFAULT_MAX_EVENT_BYTES, SetAside, fold, offline_fleet
+from detectors.ingest import DEFAULT_MAX_EVENT_BYTES, Folded, SetAside, fold, offline_fleet
 
 from .progress import Progress
 
@@ -92,16 +92,17 @@ def run_replay(
         folds = fold(lines, config, max_event_bytes=max_event_bytes, keyed=False, fleet=fleet, breakers=rule)
         for folded in folds:
             lineno = folded.position
-            if isinstance(folded, SetAside):
+            if type(folded) is Folded:  # (`type() is`: cheaper than isinstance, once per event)
+                out += folded.encoded
+                decided += folded.decisions
+            else:
+                assert isinstance(folded, SetAside)
                 reason = folded.error.reason
                 if reason == "stale_seq":
                     report.stale += 1
                 else:
                     report.bad += 1
                 set_aside(lineno, folded.value or b"", reason, str(folded.error))
-            else:
-                out += folded.encoded
-                decided += folded.decisions
             if not lineno & 8191:
                 flush()
     finally:
