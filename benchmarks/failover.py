@@ -15,6 +15,18 @@ kill, on each (their resume time;
 the max over them is the round's failover), and for the other partitions the longest
 gap between two decisions around the kill (Faust's rebalances are eager: every member
 pauses while the group rebalances). Prints one JSON object: median and max over rounds.
+
+With --active-runs N, N runs (benchmarks.recovery's: a few calls with their results, no
+run_end) are loaded through the workers before the first round and stay open, so a
+worker taking partitions over must first load their states (issue 26: 100,000).
+
+With --rolling, the rounds restart the workers instead, one after another, as a deploy
+does: SIGTERM, wait for the exit, start it again, wait until the group settled. The load
+is then GatewayClient.check calls (8 gateways, each run's calls in sequence, each call's
+result sent after its decision, a 20 s client timeout). Reported: the longest any check
+waited, the degraded answers (none is the goal), and whether every decision on the
+decisions topic equals what an offline fold of the events topic decides (byte for byte;
+duplicates from at-least-once delivery are counted, and must be equal too).
 """
 
 from __future__ import annotations
@@ -29,12 +41,16 @@ import time
 from pathlib import Path
 from statistics import median
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import murmur2
 
-from benchmarks.kafka import end, own_broker, start_worker
+from benchmarks.kafka import CONFIG, end, own_broker, preload, start_worker, wait_for_count
+from benchmarks.recovery import make_events
+from detectors import load_config
+from detectors.ingest import Folded, fold
 from streams.admin.topics import create_topics
 from streams.gateway import settings as settings_mod
+from streams.gateway.client import GatewayClient
 from streams.tools import localkafka
 from streams.tools.launch import health
 
@@ -109,7 +125,7 @@ def gaps(arrivals: list[tuple[float, int]], start: float, start_ms: int, stop: f
 
 async def run(args) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="loopwarden-failover-"))
-    bootstrap, broker = own_broker(args.bootstrap, tmp)
+    bootstrap, broker = own_broker(args.bootstrap, tmp, heap="768m")
     procs: dict[int, tuple] = {}
     try:
         prefix = f"fo{os.getpid()}."
@@ -123,9 +139,46 @@ async def run(args) -> dict:
         loop = asyncio.get_running_loop()
         for i in range(args.workers):
             procs[i] = await loop.run_in_executor(None, start_worker, bootstrap, prefix, tmp, f"w{i}", extra)
-        load = Load(bootstrap, s, args.rate)
-        tasks = [asyncio.ensure_future(load.produce()), asyncio.ensure_future(load.read())]
-        rounds = []
+        loaded = await load_active(bootstrap, s, args.active_runs)
+        if args.rolling:
+            restarts = await rolling(args, bootstrap, s, procs, prefix, tmp, extra)
+            return {
+                "benchmark": "rolling_restart",
+                "workers": args.workers,
+                "partitions": args.partitions,
+                "rate_per_s": args.rate,
+                "active_runs": loaded,
+                **restarts,
+            }
+        rounds = await kills(args, bootstrap, s, procs, prefix, tmp, extra)
+    finally:
+        for proc, _ in procs.values():
+            end(proc)
+        if broker:
+            localkafka.stop(broker)
+    return summary(args, rounds, loaded)
+
+
+async def load_active(bootstrap: str, s: settings_mod.Settings, runs: int) -> dict | None:
+    """`runs` open runs loaded through the workers (every call decided), or None."""
+    if not runs:
+        return None
+    t = time.monotonic()
+    lines, calls = make_events(runs, 2, 3)
+    await preload(bootstrap, s.events_topic, lines)
+    await wait_for_count(bootstrap, s.decisions_topic, calls, 1800, s.partitions)
+    out = {"runs": runs, "events": len(lines), "tool_calls": calls, "load_s": round(time.monotonic() - t, 1)}
+    print(json.dumps({"loaded": out}), flush=True)
+    return out
+
+
+async def kills(args, bootstrap: str, s: settings_mod.Settings, procs: dict, prefix: str, tmp: Path, extra) -> list:
+    """The rounds of SIGKILL: one worker each, the load running throughout."""
+    loop = asyncio.get_running_loop()
+    load = Load(bootstrap, s, args.rate)
+    tasks = [asyncio.ensure_future(load.produce()), asyncio.ensure_future(load.read())]
+    rounds = []
+    try:
         for k in range(args.kills):
             await settle(procs, args.partitions, 60)
             await asyncio.sleep(8)
@@ -156,13 +209,140 @@ async def run(args) -> dict:
             )
             print(json.dumps(rounds[-1]), flush=True)
             procs[victim] = await loop.run_in_executor(None, start_worker, bootstrap, prefix, tmp, f"w{victim}", extra)
+    finally:
         load.stop = True
         await asyncio.gather(*tasks, return_exceptions=True)
+    return rounds
+
+
+class Checks:
+    """GatewayClient.check at about `rate` calls per second: 8 gateways, `agents` runs in
+    flight at once, each run 12 calls in sequence (a call's result after its decision,
+    then run_end); a quarter of the runs repeat one call, so warnings are decided too."""
+
+    def __init__(self, s: settings_mod.Settings, rate: float, agents: int = 32) -> None:
+        self.s, self.rate, self.agents = s, rate, agents
+        self.waits: list[float] = []
+        self.degraded = 0
+        self.stop = False
+
+    async def run(self) -> None:
+        clients = [GatewayClient(settings=self.s, gateway_id=f"gw-roll-{i}", timeout_s=20.0) for i in range(8)]
+        for c in clients:
+            await c.__aenter__()
+        try:
+            await asyncio.gather(*(self._agent(a, clients[a % len(clients)]) for a in range(self.agents)))
+        finally:
+            for c in clients:
+                self.degraded += c.degraded
+                await c.__aexit__(None, None, None)
+
+    async def _agent(self, a: int, client: GatewayClient) -> None:
+        interval = self.agents / self.rate
+        next_t = time.monotonic() + a * interval / self.agents
+        n = 0
+        while not self.stop:
+            run = f"roll-{a:02d}-{n:05d}"
+            for c in range(12):
+                await asyncio.sleep(max(0.0, next_t - time.monotonic()))
+                next_t += interval
+                params = {"path": "/same" if n % 4 == 0 else f"/f{c % 3}"}
+                t0 = time.monotonic()
+                await client.check(run, "read", params)
+                self.waits.append(time.monotonic() - t0)
+                await client.result(run, "read", params, result={"content": [{"type": "text", "text": f"r{c % 3}"}]})
+                if self.stop:
+                    break
+            await client.end_run(run)
+            n += 1
+
+
+async def rolling(args, bootstrap: str, s: settings_mod.Settings, procs: dict, prefix: str, tmp: Path, extra) -> dict:
+    """Each worker restarted in turn (SIGTERM, start again, group settled) under `Checks`."""
+    loop = asyncio.get_running_loop()
+    checks = Checks(s, args.rate)
+    task = asyncio.ensure_future(checks.run())
+    restarts = []
+    try:
+        await settle(procs, args.partitions, 60)
+        await asyncio.sleep(8)
+        for i in range(args.workers):
+            proc, _port = procs[i]
+            t0 = time.monotonic()
+            await loop.run_in_executor(None, end, proc)
+            exited = time.monotonic() - t0
+            procs[i] = await loop.run_in_executor(None, start_worker, bootstrap, prefix, tmp, f"w{i}", extra)
+            await settle(procs, args.partitions, 120)
+            restarts.append(
+                {
+                    "worker": f"w{i}",
+                    "exit_s": round(exited, 2),
+                    "exit_code": proc.returncode,
+                    "settled_s": round(time.monotonic() - t0, 2),
+                }
+            )
+            print(json.dumps(restarts[-1]), flush=True)
+            await asyncio.sleep(8)
     finally:
-        for proc, _ in procs.values():
-            end(proc)
-        if broker:
-            localkafka.stop(broker)
+        checks.stop = True
+        await asyncio.wait_for(task, 60)
+    waits = sorted(checks.waits)
+    compared = await compare_offline(bootstrap, s)
+    return {
+        "client_timeout_s": 20.0,
+        "checks": len(waits),
+        "check_wait_max_s": round(waits[-1], 2) if waits else None,
+        "check_wait_p99_s": round(waits[int(0.99 * (len(waits) - 1))], 3) if waits else None,
+        "degraded": checks.degraded,
+        "restarts": restarts,
+        **compared,
+    }
+
+
+async def read_all(bootstrap: str, topic: str, partitions: int) -> list:
+    """Every record of `topic`, partition by partition, each in offset order."""
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await c.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        ends = await c.end_offsets(tps)
+        out: dict = {tp: [] for tp in tps}
+        while any((out[tp][-1].offset + 1 if out[tp] else 0) < ends[tp] for tp in tps):
+            for tp, msgs in (await c.getmany(timeout_ms=500, max_records=10000)).items():
+                out[tp].extend(m for m in msgs if m.offset < ends[tp])
+        return [m for tp in tps for m in out[tp]]
+    finally:
+        await c.stop()
+
+
+async def compare_offline(bootstrap: str, s: settings_mod.Settings) -> dict:
+    """The decisions topic against an offline fold of the events topic, per event_id."""
+    events = await read_all(bootstrap, s.events_topic, s.partitions)
+    published: dict[str, list[bytes]] = {}
+    for m in await read_all(bootstrap, s.decisions_topic, s.partitions):
+        published.setdefault(json.loads(m.value)["event_id"], []).append(m.value)
+    offline: dict[str, bytes] = {}
+    for f in fold(((m.offset, m.key, m.value) for m in events), load_config(json.dumps(CONFIG))):
+        if type(f) is Folded:
+            for d, b in zip(f.decisions, f.encoded, strict=True):
+                offline[d.event_id] = b
+    missing = [e for e in offline if e not in published]
+    differ = [e for e, bs in published.items() if any(b != offline.get(e) for b in bs)]
+    return {
+        "events": len(events),
+        "offline_decisions": len(offline),
+        "published_decisions": sum(len(bs) for bs in published.values()),
+        "duplicates": sum(len(bs) - 1 for bs in published.values()),
+        "missing": len(missing),
+        "differing": len(differ),
+        "differing_examples": differ[:5],
+        "equal_to_offline": not missing and not differ,
+    }
+
+
+def summary(args, rounds: list, loaded: dict | None) -> dict:
     fo = [r["failover_s"] for r in rounds]
     ok = [x for x in fo if x is not None]
     others = [r["others_longest_gap_s"] for r in rounds if r["others_longest_gap_s"] is not None]
@@ -175,6 +355,7 @@ async def run(args) -> dict:
         "standby_replicas": args.standby_replicas
         if args.standby_replicas is not None
         else settings_mod.Settings().standby_replicas,
+        "active_runs": loaded,
         "kills": len(rounds),
         "failover_s_median": round(median(ok), 2) if ok else None,
         "failover_s_max": max(ok) if len(ok) == len(fo) and ok else None,
@@ -205,6 +386,17 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=12)
     ap.add_argument("--session-timeout-s", type=float, help="passed to the workers (default: the worker's default)")
     ap.add_argument("--standby-replicas", type=int, help="passed to the workers (default: the worker's default)")
+    ap.add_argument(
+        "--active-runs",
+        type=int,
+        default=0,
+        help="open runs loaded before the first round, which a worker taking over must load (issue 26: 100000)",
+    )
+    ap.add_argument(
+        "--rolling",
+        action="store_true",
+        help="restart every worker in turn under GatewayClient checks instead of killing one per round",
+    )
     print(json.dumps(asyncio.run(run(ap.parse_args())), indent=2))
 
 

@@ -358,14 +358,15 @@ def partitions_of(c: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
     return [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or range(8))]
 
 
-async def wait_for_count(bootstrap: str, topic: str, want: int, timeout: float) -> None:
+async def wait_for_count(bootstrap: str, topic: str, want: int, timeout: float, partitions: int | None = None) -> None:
     """Until `topic` holds `want` records, asking the broker for its end offsets four times a
     second: reading the records while they are produced would compete with the worker
-    for the cores it is measured on (the no-op agent has no such reader)."""
+    for the cores it is measured on (the no-op agent has no such reader). `partitions`:
+    the topic's count, when it is not the 8 a consumer without its metadata assumes."""
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await c.start()
     try:
-        tps = partitions_of(c, topic)
+        tps = partitions_of(c, topic) if partitions is None else [TopicPartition(topic, p) for p in range(partitions)]
         deadline = time.monotonic() + timeout
         while True:
             have = sum((await c.end_offsets(tps)).values())
