@@ -407,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--session-timeout-s",
         type=float,
         help="consumer session timeout: how soon a dead worker's partitions move (default 6, the "
-        "broker's default minimum; heartbeats go every second)",
+        "broker's default minimum; heartbeats go every 0.25 s)",
     )
     w.add_argument(
         "--standby-replicas",

@@ -44,7 +44,7 @@ class Settings:
     data_dir: str = ".loopwarden-data"
     log_level: str = "warning"
     # How soon a dead worker's partitions move to the others: the broker's default floor
-    # (group.min.session.timeout.ms), heartbeats every second (benchmarks/failover.py).
+    # (group.min.session.timeout.ms), heartbeats every 0.25 s (benchmarks/failover.py).
     session_timeout_s: float = 6.0
     standby_replicas: int = 0  # warm copies of other workers' run states, for a faster failover
     stop_timeout_s: float = 25.0  # a stopping or crashed worker's process ends within this
