@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import time
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -74,7 +75,11 @@ async def _read_all(bootstrap: str, topic: str) -> list[dict]:
         ends = await c.end_offsets(tps)
         await c.seek_to_beginning(*tps)
         out: dict[int, list[dict]] = {tp.partition: [] for tp in tps}
-        while any(len(out[tp.partition]) < ends[tp] for tp in tps):
+        deadline = time.monotonic() + 60
+        # Until each partition's position passes its end offset (offsets may have gaps, so
+        # counting the records read could wait for ever).
+        while [tp for tp in tps if await c.position(tp) < ends[tp]]:
+            assert time.monotonic() < deadline, f"{topic}: not read to {ends} within 60 s"
             for tp, records in (await c.getmany(timeout_ms=1000)).items():
                 out[tp.partition].extend(json.loads(r.value) for r in records if r.offset < ends[tp])
         return [e for p in sorted(out) for e in out[p]]
