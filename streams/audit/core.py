@@ -185,8 +185,8 @@ class Audit:
         if rec is not None:  # counted as matched or mismatched, now recorded with another verdict
             self.tally.recount_as_conflict(rec.status)
             rec.status = "conflicting"
-            d = rec.decision
-            self._diff("conflicting", d.event_id, d.run_id, d, None, None)
+            run_id, seq = rec.eid
+            self._diff("conflicting", f"{run_id}:{seq}", run_id, rec.decision, None, None)
 
     def expire(self, horizon_ms: int) -> None:
         """Events are folded up to `horizon_ms` of message time in every partition."""
@@ -196,8 +196,8 @@ class Audit:
     def _unexpected(self, rec: Recorded) -> None:
         if self._low <= rec.time <= self._high:
             self.tally.unexpected()
-            d = rec.decision
-            self._diff("unexpected", d.event_id, d.run_id, d, None, None)
+            run_id, seq = rec.eid
+            self._diff("unexpected", f"{run_id}:{seq}", run_id, rec.decision, None, None)
 
     # -- events -------------------------------------------------------------------------
 
@@ -236,12 +236,13 @@ class Audit:
                 if not run.in_range:
                     self._entered(run_id, run)
             replayed = f.decisions[0] if f.decisions else None
+            encoded = f.encoded[0] if f.decisions else None
             rec = settle((run_id, ev.seq), mt, replayed is not None)
             if watching and inside and run_id in watching:
                 self.shadow.event(ev)  # after the run's first call that would have been stopped
             status, changed = None, False
             if inside and not run.partial and (replayed is not None or rec is not None):
-                status, changed = self._compare(ev, mt, rec, replayed, wi)
+                status, changed = self._compare(ev, mt, rec, replayed, encoded, wi)
                 if self.signals is not None:
                     self.signals.lag(ev, rec.decision if rec is not None else None)
             if inside and timelines is not None:
@@ -290,13 +291,21 @@ class Audit:
             self.tally.partial_ids.add(run_id)
 
     def _compare(
-        self, ev: Event, mt: int, rec: Recorded | None, replayed: Decision | None, what_if: Decision | None
+        self,
+        ev: Event,
+        mt: int,
+        rec: Recorded | None,
+        replayed: Decision | None,
+        encoded: bytes | None,
+        what_if: Decision | None,
     ) -> tuple[str, bool]:
-        """Count an event's recorded and replayed decisions (one at least): what they
-        came to, and whether the what-if decision changes what was decided."""
+        """Count an event's recorded and replayed decisions (one at least; `encoded`: the
+        replayed one's bytes): what they came to, and whether the what-if decision changes
+        what was decided."""
         recorded = rec.decision if rec is not None else None
         ts = ev.ts if ev.ts is not None else mt
-        status = self.tally.count(recorded, replayed, rec is not None and rec.conflict, ts)
+        equal = rec is not None and encoded is not None and rec.whole == hash(encoded)
+        status = self.tally.count(recorded, replayed, rec is not None and rec.conflict, ts, equal)
         if rec is not None:
             rec.status = status
         if replayed is not None and (not replayed.enforced or replayed.detector == RUN_BUDGET):

@@ -27,6 +27,7 @@ from detectors.fleet import FleetRecord, FleetView, StopOrder
 from detectors.wire import Decision, Event, ToolCall
 
 from ..admin.fleet_topic import FleetLedger
+from .join import Verdict
 
 MAX_DELAYS = 10_000  # delays kept for the percentiles (the counts are exact)
 
@@ -95,7 +96,7 @@ class Signals:
         tool, _sig = call_key(ev)
         return self.full.breaker_for(tool, ev.ts)
 
-    def lag(self, ev: Event, recorded: Decision | None) -> None:
+    def lag(self, ev: Event, recorded: Decision | Verdict | None) -> None:
         if type(ev) is not ToolCall or recorded is None or ev.ts is None:
             return
         if recorded.fleet_signal is not None:

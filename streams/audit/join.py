@@ -11,7 +11,11 @@ grace period, so that a second record of the same event is told apart: the same
 verdict again (a duplicate), another one (a conflict), or one recorded only after its
 event was folded (late).
 
-Every recorded decision the audit holds is here (`pending`), and nowhere else.
+Every recorded decision the audit holds is here (`pending`), and nowhere else, and not
+as the decoded decision: as a `Recorded`, its verdict (one object shared by every
+decision with the same verdict, message and config) and a hash of the whole decision's
+canonical encoding, which is all the comparison needs (an audit holds a grace period's
+worth of them: 1.3 KB each as decoded decisions, about 0.2 KB so).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from detectors.wire import Decision, decode_decision
+from detectors.wire import Decision, decode_decision, encode
 
 from .options import ALL_RUNS, Scope
 
@@ -38,17 +42,62 @@ class Msg(NamedTuple):
     value: bytes | None
 
 
+class Verdict(msgspec.Struct, frozen=True, gc=False):
+    """What the audit reads of a recorded decision besides its identity: its verdict (as
+    compared for duplicates), the message and config the reports show, and the fleet
+    signal it was judged with. Frozen, so equal ones are shared (`Verdicts`)."""
+
+    action: str
+    level: str
+    detector: str | None
+    count: int | None
+    warning_key: str | None
+    message: str | None
+    config_hash: str
+    fleet_signal: str | None
+
+
+class Verdicts:
+    """One `Verdict` object per distinct verdict: most recorded decisions share a few (an
+    allow under each config), so a pending decision costs a reference, not its strings.
+    Started afresh past `limit` distinct ones (the objects in use stay alive)."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.limit = limit
+        self._seen: dict[Verdict, Verdict] = {}
+
+    def of(self, d: Decision) -> Verdict:
+        v = Verdict(d.action, d.level, d.detector, d.count, d.warning_key, d.message, d.config_hash, d.fleet_signal)
+        seen = self._seen
+        got = seen.get(v)
+        if got is None:
+            if len(seen) >= self.limit:
+                seen.clear()
+            seen[v] = got = v
+        return got
+
+
+def whole(d: Decision) -> int:
+    """A hash of the decision's canonical encoding: equal decisions have equal ones, so a
+    recorded decision is compared with its replayed one without keeping it (within one
+    process; a 64-bit hash, so two unequal decisions collide once in 2**64)."""
+    return hash(encode(d))
+
+
 class Recorded(msgspec.Struct, gc=False):
     """A decision read from the decisions topic, waiting for its event (not tracked by
     the cycle collector: an audit holds a grace period's worth of them)."""
 
-    decision: Decision
+    eid: Key  # its event's (run_id, seq)
+    decision: Verdict  # what the reports and the fleet's lag read
+    whole: int  # `whole(d)` of the decision read: what the comparison reads
     time: int
     conflict: bool = False
     status: str | None = None  # what it was counted as, once its event was folded
+    settled: int = 0  # the message time its event was folded at
 
 
-def same_verdict(a: Decision, b: Decision) -> bool:
+def same_verdict(a: Verdict | Decision, b: Verdict | Decision) -> bool:
     return (a.action, a.level, a.detector, a.count, a.warning_key) == (
         b.action,
         b.level,
@@ -65,12 +114,15 @@ class Join:
         self.grace_ms = grace_ms
         self.scope = scope
         self.pending: dict[Key, Recorded] = {}
-        self.done: dict[Key, tuple[Recorded | None, int]] = {}  # folded events, for a late second record
+        # Folded events, for a late second record: the recorded decision taken (its
+        # `settled` the message time it was folded at), or that time alone.
+        self.done: dict[Key, Recorded | int] = {}
         # Both in the order they came, for expiry (a dict's oldest entry is slow to find
         # once many before it were deleted).
         self.pending_order: deque[tuple[int, Key]] = deque()
         self.done_order: deque[tuple[int, Key]] = deque()
         self.counts: Counter[str] = Counter()  # duplicates, late, unreadable_decisions
+        self.verdicts = Verdicts()
         # The decision recorded for an event's (run_id, seq), if it is here (it stays
         # here): the dict's own lookup, asked once per event read.
         self.lookup = self.pending.get
@@ -99,14 +151,13 @@ class Join:
         if first is None:
             seen = self.done.get(eid)
             if seen is None:
-                self.pending[eid] = Recorded(d, m.timestamp)
+                self.pending[eid] = Recorded(eid, self.verdicts.of(d), whole(d), m.timestamp)
                 self.pending_order.append((m.timestamp, eid))
                 return None
-            rec = seen[0]
-            if rec is None:  # its event was folded, and nothing was recorded then: recorded late
+            if not isinstance(seen, Recorded):  # its event was folded, nothing recorded then: late
                 self.counts["late"] += 1
                 return None
-            first = rec
+            first = seen
         if same_verdict(first.decision, d):
             self.counts["duplicates"] += 1  # the same decision again (a worker replayed its input)
             return None
@@ -119,8 +170,12 @@ class Join:
         """The event `eid` (run_id, seq) was folded at message time `ms` (`decided`: it yielded a
         decision): its recorded decision leaves the join, and the id is remembered."""
         rec = self.pending.pop(eid, None)
-        if decided or rec is not None:
-            self.done[eid] = (rec, ms)
+        if rec is not None:
+            rec.settled = ms
+            self.done[rec.eid] = rec  # (its own key: the event's is not kept alive)
+            self.done_order.append((ms, rec.eid))
+        elif decided:
+            self.done[eid] = ms
             self.done_order.append((ms, eid))
         return rec
 
@@ -142,7 +197,7 @@ class Join:
         while order2 and order2[0][0] < cutoff:
             t, eid = order2.popleft()
             seen = done.get(eid)
-            if seen is not None and seen[1] == t:
+            if seen is not None and (seen.settled if isinstance(seen, Recorded) else seen) == t:
                 del done[eid]
         return gone
 

@@ -33,10 +33,14 @@ class Tally:
         self.partial_ids: set[str] = set()  # runs whose start the look-back did not reach
         self.misrouted = 0  # runs whose events lie on a partition their run_id does not hash to
 
-    def count(self, recorded: Decision | None, replayed: Decision | None, conflict: bool, ts: int) -> str:
+    def count(
+        self, recorded: object | None, replayed: Decision | None, conflict: bool, ts: int, equal: bool | None = None
+    ) -> str:
         """An event in the range, of a run whose start was found, with a recorded or a
         replayed decision (or both; `conflict`: recorded twice, with two verdicts), `ts`
-        its time (ms): count the replayed decision, and what the two came to."""
+        its time (ms): count the replayed decision, and what the two came to. `equal`:
+        whether they are the same decision, when the caller knows (the audit keeps only
+        a hash of the recorded one); else the two are compared."""
         c = self.c
         if replayed is not None:
             action = replayed.action
@@ -55,7 +59,7 @@ class Tally:
             status = "conflicting"
         elif replayed is None:
             status = "unexpected"
-        elif recorded == replayed:  # as decisions: the wire bytes may spell them otherwise
+        elif equal if equal is not None else recorded == replayed:  # as decisions, not as bytes read
             status = "matched"
         else:
             status = "mismatched"

@@ -10,6 +10,8 @@ from typing import Any
 
 from detectors.wire import CompactionRetry, Decision, Event, RunEnd, ToolCall, ToolResult, Usage
 
+from .join import Verdict
+
 MAX_RUNS = 300  # flagged runs kept for the report
 LENGTH = 200  # entries kept of each run (its last)
 
@@ -22,7 +24,7 @@ TYPES = {
 }
 
 
-def verdict(d: Decision | None) -> dict[str, Any] | None:
+def verdict(d: Decision | Verdict | None) -> dict[str, Any] | None:
     if d is None:
         return None
     return {
@@ -38,7 +40,7 @@ def diff_line(
     kind: str,
     eid: str,
     run_id: str,
-    recorded: Decision | None,
+    recorded: Decision | Verdict | None,
     replayed: Decision | None,
     what_if: Decision | None,
     changes: list[str] | None = None,
@@ -86,7 +88,7 @@ class Timelines:
         self,
         ev: Event,
         status: str | None,
-        recorded: Decision | None,
+        recorded: Decision | Verdict | None,
         replayed: Decision | None,
         what_if: Decision | None,
         changed: bool,

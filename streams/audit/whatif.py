@@ -15,6 +15,8 @@ from typing import Any
 from detectors import DetectionConfig, Folded, RunState, SetAside, fold
 from detectors.wire import Decision
 
+from .join import Verdict
+
 CHANGES = ("newly_warned", "newly_blocked", "no_longer_warned", "no_longer_blocked", "aborts_gained", "aborts_lost")
 
 
@@ -78,7 +80,7 @@ class WhatIf:
             self.states[run_id] = g.after
         return g.decisions[0] if g.decisions else None
 
-    def compare(self, decided: Decision | None, what_if: Decision | None) -> list[str]:
+    def compare(self, decided: Decision | Verdict | None, what_if: Decision | None) -> list[str]:
         """Count what changes from what was decided to the what-if decision."""
         before = decided.action if decided is not None else None
         found = changes(before, what_if.action if what_if is not None else None)

@@ -11,8 +11,8 @@ import pickle
 import pytest
 
 from detectors import DetectionConfig, Folded, SetAside, decode_event, fold, replay
-from detectors.wire import Decision, Usage, decode_decision
-from streams.audit.join import Join, Msg
+from detectors.wire import Decision, Usage, decode_decision, encode
+from streams.audit.join import Join, Msg, Verdicts, whole
 from streams.audit.options import AuditOptions, Scope, Window
 from streams.audit.shadow import Shadow, ShadowCounts, nearest_rank
 from streams.audit.tally import Tally
@@ -91,14 +91,34 @@ def test_bad_options_are_named(kw, says):
 # -- the join ----------------------------------------------------------------------------
 
 
+def held(d):
+    """What the join keeps of a recorded decision: its shared verdict and a hash of it."""
+    return Verdicts().of(d), whole(d)
+
+
 def test_a_recorded_decision_waits_by_event_id_until_its_event_is_settled():
     d = decision()
     j = Join(grace_ms=1000)
     assert j.offer(rec_msg(d, 5000)) is None
-    assert j.lookup((d.run_id, d.seq)).decision == d  # looked up, it stays
+    got = j.lookup((d.run_id, d.seq))  # looked up, it stays
+    assert (got.decision, got.whole) == held(d) and got.eid == (d.run_id, d.seq)
     rec = j.settle((d.run_id, d.seq), 5001, decided=True)
-    assert rec is not None and rec.decision == d and not j.pending
+    assert rec is got and not j.pending
     assert j.settle((d.run_id, d.seq), 5001, decided=True) is None  # taken once
+
+
+def test_the_join_keeps_a_shared_verdict_and_a_hash_not_the_decision():
+    j = Join(grace_ms=1000)
+    a, b = decision(seq=0, event_id="r:0"), decision(seq=1, event_id="r:1")
+    warned = decision(seq=2, event_id="r:2", action="warn", level="warning", detector="generic_repeat", count=10)
+    for i, d in enumerate((a, b, warned)):
+        j.offer(rec_msg(d, 5000 + i))
+    ra, rb, rw = (j.lookup(("r", s)) for s in (0, 1, 2))
+    assert ra.decision is rb.decision  # two allows under one config: one verdict object
+    assert rw.decision is not ra.decision and rw.decision.detector == "generic_repeat"
+    assert ra.whole != rb.whole  # the whole decisions differ (their seq and event_id)
+    # The hash is the canonical encoding's: a decision decoded from other bytes hashes alike.
+    assert whole(decode_decision(json.dumps(json.loads(encode(a)), indent=1))) == ra.whole
 
 
 def test_a_second_record_is_a_duplicate_a_conflict_or_late():
@@ -129,8 +149,8 @@ def test_decisions_expire_a_grace_period_after_the_horizon_and_the_rest_at_the_e
     j.offer(rec_msg(a, 1000))
     j.offer(rec_msg(b, 3000))
     assert j.expire(1900) == []
-    assert [r.decision for r in j.expire(2001)] == [a]
-    assert [r.decision for r in j.finish()] == [b] and not j.pending
+    assert [r.eid for r in j.expire(2001)] == [("r", 0)]
+    assert [r.eid for r in j.finish()] == [("r", 2)] and not j.pending
     # Folded ids are forgotten a second grace period later: a record then is new again.
     j.settle(("r", 6), 10_000, decided=True)
     j.expire(11_500)
