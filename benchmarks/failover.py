@@ -41,10 +41,10 @@ import time
 from pathlib import Path
 from statistics import median
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
-from benchmarks.kafka import CONFIG, end, own_broker, preload, start_worker, wait_for_count
+from benchmarks.kafka import CONFIG, end, from_start, own_broker, preload, start_worker, wait_for_count
 from benchmarks.recovery import make_events
 from detectors import load_config
 from detectors.ingest import Folded, fold
@@ -301,20 +301,12 @@ async def rolling(args, bootstrap: str, s: settings_mod.Settings, procs: dict, p
 
 async def read_all(bootstrap: str, topic: str, partitions: int) -> list:
     """Every record of `topic`, partition by partition, each in offset order."""
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await c.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        c.assign(tps)
-        await c.seek_to_beginning(*tps)
-        ends = await c.end_offsets(tps)
+    async with from_start(bootstrap, topic, partitions) as (c, tps, ends):
         out: dict = {tp: [] for tp in tps}
         while any((out[tp][-1].offset + 1 if out[tp] else 0) < ends[tp] for tp in tps):
             for tp, msgs in (await c.getmany(timeout_ms=500, max_records=10000)).items():
                 out[tp].extend(m for m in msgs if m.offset < ends[tp])
         return [m for tp in tps for m in out[tp]]
-    finally:
-        await c.stop()
 
 
 async def compare_offline(bootstrap: str, s: settings_mod.Settings) -> dict:

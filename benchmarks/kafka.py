@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -44,8 +45,10 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -352,6 +355,23 @@ async def preload(bootstrap: str, topic: str, lines: list[bytes]) -> None:
         run = ln[ln.index(b'"run_id":"') + 10 :]
         records.append(OutRecord(topic, run[: run.index(b'"')], ln))
     await publish(bootstrap, records)
+
+
+@contextlib.asynccontextmanager
+async def from_start(
+    bootstrap: str, topic: str, partitions: int, **kwargs: Any
+) -> AsyncIterator[tuple[AIOKafkaConsumer, list[TopicPartition], dict[TopicPartition, int]]]:
+    """A consumer without a group, on every partition of `topic` from its beginning:
+    (the consumer, its partitions, their end offsets when it started)."""
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **kwargs)
+    await c.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        yield c, tps, await c.end_offsets(tps)
+    finally:
+        await c.stop()
 
 
 def partitions_of(c: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:

@@ -71,6 +71,7 @@ from benchmarks.kafka import (
     ROOT,
     cpu_seconds,
     end,
+    from_start,
     preload,
     publish,
     spawn,
@@ -174,19 +175,8 @@ async def read_changelog(
     with a live (non-tombstone) last value, and how long the read took (the floor under
     any recovery: the same records without Faust). `latest`, if given, gets each key's
     last (partition, value): the changelog as compaction would leave it."""
-    c = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=8 << 20,
-        fetch_max_bytes=64 << 20,
-    )
-    await c.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        c.assign(tps)
-        await c.seek_to_beginning(*tps)
-        ends = await c.end_offsets(tps)
+    big = {"max_partition_fetch_bytes": 8 << 20, "fetch_max_bytes": 64 << 20}
+    async with from_start(bootstrap, topic, partitions, auto_offset_reset="earliest", **big) as (c, tps, ends):
         begins = await c.beginning_offsets(tps)
         want = sum(ends[tp] - begins[tp] for tp in tps)
         last: dict[bytes, bool] = {}
@@ -210,8 +200,6 @@ async def read_changelog(
             "live_keys": sum(last.values()),
             "read_s": round(time.monotonic() - t0, 2),
         }
-    finally:
-        await c.stop()
 
 
 async def first_decision(
