@@ -328,6 +328,7 @@ async def compare_offline(bootstrap: str, s: settings_mod.Settings) -> dict:
         "published_decisions": sum(len(bs) for bs in published.values()),
         "duplicates": sum(len(bs) - 1 for bs in published.values()),
         "missing": len(missing),
+        "missing_examples": missing[:5],
         "differing": len(differ),
         "differing_examples": differ[:5],
         "equal_to_offline": not missing and not differ,
