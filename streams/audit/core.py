@@ -305,7 +305,7 @@ class Audit:
         recorded = rec.decision if rec is not None else None
         ts = ev.ts if ev.ts is not None else mt
         equal = rec is not None and encoded is not None and rec.whole == hash(encoded)
-        status = self.tally.count(recorded, replayed, rec is not None and rec.conflict, ts, equal)
+        status = self.tally.count(rec is not None, replayed, rec is not None and rec.conflict, ts, equal)
         if rec is not None:
             rec.status = status
         if replayed is not None and (not replayed.enforced or replayed.detector == RUN_BUDGET):

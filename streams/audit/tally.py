@@ -33,14 +33,11 @@ class Tally:
         self.partial_ids: set[str] = set()  # runs whose start the look-back did not reach
         self.misrouted = 0  # runs whose events lie on a partition their run_id does not hash to
 
-    def count(
-        self, recorded: object | None, replayed: Decision | None, conflict: bool, ts: int, equal: bool | None = None
-    ) -> str:
-        """An event in the range, of a run whose start was found, with a recorded or a
-        replayed decision (or both; `conflict`: recorded twice, with two verdicts), `ts`
-        its time (ms): count the replayed decision, and what the two came to. `equal`:
-        whether they are the same decision, when the caller knows (the audit keeps only
-        a hash of the recorded one); else the two are compared."""
+    def count(self, recorded: bool, replayed: Decision | None, conflict: bool, ts: int, equal: bool) -> str:
+        """An event in the range, of a run whose start was found, with a recorded
+        decision (`recorded`) or a replayed one (or both; `conflict`: recorded twice, with
+        two verdicts; `equal`: the two are the same decision), `ts` its time (ms): count
+        the replayed decision, and what the two came to."""
         c = self.c
         if replayed is not None:
             action = replayed.action
@@ -51,15 +48,15 @@ class Tally:
                 if replayed.detector:
                     self.by_detector[replayed.detector] += 1
                 self.per_minute.setdefault(ts // 60000, Counter())[action] += 1
-        if recorded is not None:
+        if recorded:
             c["decisions_recorded"] += 1
-        if recorded is None:
+        if not recorded:
             status = "missing"
         elif conflict:
             status = "conflicting"
         elif replayed is None:
             status = "unexpected"
-        elif equal if equal is not None else recorded == replayed:  # as decisions, not as bytes read
+        elif equal:
             status = "matched"
         else:
             status = "mismatched"

@@ -184,11 +184,11 @@ def test_the_tally_counts_each_pair_by_what_it_came_to():
     t = Tally()
     d = decision()
     block = decision(action="block", level="critical", detector="generic_repeat", count=5)
-    assert t.count(d, d, False, 60_000) == "matched"
-    assert t.count(d, block, False, 61_000) == "mismatched"
-    assert t.count(None, block, False, 120_000) == "missing"
-    assert t.count(d, None, False, 0) == "unexpected"
-    assert t.count(d, d, True, 0) == "conflicting"
+    assert t.count(True, d, False, 60_000, equal=True) == "matched"
+    assert t.count(True, block, False, 61_000, equal=False) == "mismatched"
+    assert t.count(False, block, False, 120_000, equal=False) == "missing"
+    assert t.count(True, None, False, 0, equal=False) == "unexpected"
+    assert t.count(True, d, True, 0, equal=True) == "conflicting"
     t.recount_as_conflict("matched")
     assert (t.c["matched"], t.c["conflicting"], t.c["decisions_recorded"]) == (0, 2, 4)
     assert t.by(2) == {"allow": 2, "warn": 0, "block": 2, "abort": 0}
@@ -201,9 +201,9 @@ def test_the_tally_counts_each_pair_by_what_it_came_to():
 def test_tallies_add_up_and_travel_between_processes():
     a, b = Tally(), Tally()
     d = decision()
-    a.count(d, d, False, 0)
+    a.count(True, d, False, 0, equal=True)
     a.run_ids.add("r1")
-    b.count(None, d, False, 0)
+    b.count(False, d, False, 0, equal=False)
     b.run_ids.add("r2")
     b.misrouted = 1
     b = pickle.loads(pickle.dumps(b))
