@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -227,15 +228,17 @@ class Checks:
         self.stop = False
 
     async def run(self) -> None:
-        clients = [GatewayClient(settings=self.s, gateway_id=f"gw-roll-{i}", timeout_s=20.0) for i in range(8)]
-        for c in clients:
-            await c.__aenter__()
-        try:
-            await asyncio.gather(*(self._agent(a, clients[a % len(clients)]) for a in range(self.agents)))
-        finally:
-            for c in clients:
-                self.degraded += c.degraded
-                await c.__aexit__(None, None, None)
+        async with contextlib.AsyncExitStack() as stack:
+            clients = [
+                await stack.enter_async_context(
+                    GatewayClient(settings=self.s, gateway_id=f"gw-roll-{i}", timeout_s=20.0)
+                )
+                for i in range(8)
+            ]
+            try:
+                await asyncio.gather(*(self._agent(a, clients[a % len(clients)]) for a in range(self.agents)))
+            finally:
+                self.degraded = sum(c.degraded for c in clients)
 
     async def _agent(self, a: int, client: GatewayClient) -> None:
         interval = self.agents / self.rate
