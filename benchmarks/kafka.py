@@ -56,6 +56,7 @@ from benchmarks.trace import generate
 from streams.admin.topics import create_topics
 from streams.gateway import settings as settings_mod
 from streams.gateway.client import GatewayClient, partition_for
+from streams.gateway.connection import seek_to_start
 from streams.tools import localkafka
 from streams.tools.launch import Worker, stop_process
 from streams.worker.producer import BatchProducer, OutRecord
@@ -368,7 +369,7 @@ async def from_start(
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         c.assign(tps)
-        await c.seek_to_beginning(*tps)
+        await seek_to_start(c, tps)
         yield c, tps, await c.end_offsets(tps)
     finally:
         await c.stop()

@@ -43,3 +43,13 @@ def reader(s: Settings, **kwargs: Any) -> Any:
         )
     except ValueError as exc:  # aiokafka's check of the protocol and SASL mechanism
         raise SettingsError(f"cannot connect with these settings: {exc}") from None
+
+
+async def seek_to_start(consumer: Any, tps: list[Any]) -> None:
+    """Put assigned partitions at their first offset, whatever the consumer's
+    `auto_offset_reset`. aiokafka's `seek_to_beginning` only asks for a reset: one to the
+    default strategy that `assign` already sent is answered after it and wins, and a
+    consumer whose default is "latest" then starts at the end and reads nothing. A
+    `seek` to the offsets the broker names cannot be overtaken that way."""
+    for tp, offset in (await consumer.beginning_offsets(tps)).items():
+        consumer.seek(tp, offset)

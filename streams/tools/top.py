@@ -28,6 +28,7 @@ from detectors.policy import RUN_BUDGET
 from detectors.wire import Decision, decode_decision
 
 from ..admin.fleet_topic import FleetLedger
+from ..gateway.connection import seek_to_start
 from ..gateway.errors import BrokerError, SettingsError
 from ..gateway.settings import Settings
 from ..times import parse_from
@@ -507,7 +508,7 @@ class Top:
         if self._missed and start == "now":
             start = "beginning"  # the topic appeared after we began: all of it is new
         if start == "beginning":
-            await c.seek_to_beginning(*tps)
+            await seek_to_start(c, tps)
         elif start == "now":
             await c.seek_to_end(*tps)
         else:
@@ -519,7 +520,7 @@ class Top:
             if late:
                 await c.seek_to_end(*late)
         if fleet:  # breakers and stop orders in force may be older than any start: all of it
-            await c.seek_to_beginning(*fleet)
+            await seek_to_start(c, fleet)
         tps += fleet
         for tp in tps:  # resolve the positions now: "from now" must not wait for the first fetch
             await c.position(tp)

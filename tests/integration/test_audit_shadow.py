@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from detectors import DetectionConfig, decode_event, replay
 from streams.admin.config_topic import publish_config
 from streams.audit.core import agent_hashes
+from streams.gateway.connection import seek_to_start
 from streams.tools.launch import Worker, command
 from tests.integration.harness import ROOT, audit, consume, new_prefix, setup_topics
 from tests.unit.test_audit_core import offline_policy
@@ -73,7 +74,7 @@ async def _read_all(bootstrap: str, topic: str) -> list[dict]:
         assert tps, f"no partitions of {topic}"
         c.assign(tps)
         ends = await c.end_offsets(tps)
-        await c.seek_to_beginning(*tps)
+        await seek_to_start(c, tps)
         out: dict[int, list[dict]] = {tp.partition: [] for tp in tps}
         read_to = dict.fromkeys(tps, 0)  # past the last offset returned (the consumer's own
         # position can run ahead of what it returned, as it fetches ahead)
