@@ -24,6 +24,7 @@ from ..gateway.settings import Settings, read_detection_config
 from . import config_follow, faust_compat, rebalance, watchdog
 from . import fleet as fleet_stage
 from .batches import BatchLoop
+from .delivery import Holes
 from .health import Health
 from .metrics import Metrics
 
@@ -196,8 +197,15 @@ def _install_loop(
         # the output and acknowledges each event by hand once that output is durable.
         stream.enable_acks = False
         inbox.append(stream.channel)
+        holes, check, PASS, SEEK = batches.holes, batches.holes.check, Holes.PASS, Holes.SEEK
         async for event in stream.events():
-            await batches.add(event)
+            m = event.message
+            verdict = check(m.partition, m.offset)
+            if verdict == PASS:
+                await batches.add(event)
+            elif verdict == SEEK:  # never acknowledged: read again from the hole, with what follows it
+                metrics.holes.labels(str(m.partition)).inc()
+                await app.consumer.seek(m.tp, holes.expected(m.partition))
 
     @app.task
     async def settle_memory() -> None:

@@ -31,6 +31,7 @@ from detectors.ingest import SetAside, fold
 
 from ..gateway.settings import Settings
 from . import fleet as fleet_out
+from .delivery import Holes
 from .metrics import Metrics
 from .producer import BatchProducer, OutRecord
 from .recovery import Gate, Recovery
@@ -174,6 +175,7 @@ class BatchLoop(Service):
         self.runs = RunStore(store, changelog_topic, self.states, partition_of, config.idle_timeout_ms, tombstone_delay)
         self.recovery = Recovery(settings, self.runs, metrics, self._release)  # loads partitions' states
         self.gate = Gate(self.recovery)  # holds the events of partitions not loaded yet
+        self.holes = Holes()  # events lost on their way to the agent (the agent checks each)
         self.interval = settings.flush_interval_ms / 1000.0
         self.progress: dict[int, int] = {}  # partition -> last offset folded
         self.folded_at: dict[int, float] = {}  # partition -> when an event of it was last folded

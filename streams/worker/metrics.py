@@ -53,6 +53,12 @@ class Metrics:
             ["partition"],
             registry=r,
         )
+        self.holes = Counter(
+            "loopwarden_offset_holes",
+            "Times events reached the agent past a hole (events lost on the way), read again from it (delivery.py)",
+            ["partition"],
+            registry=r,
+        )
         self.flushes = Counter(
             "loopwarden_state_flushes", "Writes of the touched run states to the changelog", registry=r
         )

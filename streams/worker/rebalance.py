@@ -45,10 +45,13 @@ def install(app: Any, settings: Settings, batches: BatchLoop, metrics: Metrics, 
             batches.progress.pop(p, None)
             batches.folded_at.pop(p, None)
         watch.revoked(gone)
+        batches.holes.forget(gone)
 
     @app.on_partitions_assigned.connect
     async def note_assignment(sender: Any, assigned: Any, **kwargs: Any) -> None:
-        watch.assigned([tp.partition for tp in assigned if tp.topic == topic])
+        mine = [tp.partition for tp in assigned if tp.topic == topic]
+        watch.assigned(mine)
+        batches.holes.forget(mine)  # Faust reads them from the committed offsets again
         # The whole assignment, not only what this call names: partitions kept from the
         # last one keep their states, new ones are loaded, lost ones dropped.
         batches.recovery.assigned(tp.partition for tp in app.consumer.assignment() if tp.topic == topic)

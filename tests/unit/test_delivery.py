@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import pytest
 
-from streams.worker.delivery import DeliveryWatch, Partition, to_rewind
+from streams.worker.delivery import DeliveryWatch, Holes, Partition, to_rewind
 
 TOPIC = "p.events"
 
@@ -179,3 +179,46 @@ def test_a_failing_check_never_ends_the_watch():
     stop = iter([False, False, False, True])
     asyncio.run(w.run(0.0, lambda: next(stop)))
     assert NotStarted.calls == 3
+
+
+def _walk(holes: Holes, partition: int, offsets: list[int]) -> list[str]:
+    names = {Holes.PASS: "pass", Holes.SEEK: "seek", Holes.DROP: "drop"}
+    return [names[holes.check(partition, o)] for o in offsets]
+
+
+def test_events_in_order_pass_and_a_hole_is_sought_back_to_its_first_missing_offset():
+    h = Holes()
+    assert _walk(h, 3, [40, 41, 42]) == ["pass"] * 3  # the first since the assignment, then in order
+    assert _walk(h, 3, [45]) == ["seek"] and h.expected(3) == 43 and h.found == 1
+    # what the queues still hold from before the seek is dropped: it comes again
+    assert _walk(h, 3, [46, 47]) == ["drop", "drop"]
+    # read again from the hole: in order from there, the one that found it too
+    assert _walk(h, 3, [43, 44, 45, 46, 47, 48]) == ["pass"] * 6
+    assert h.found == 1 and not h.waiting
+
+
+def test_other_partitions_flow_while_one_waits_for_its_hole():
+    h = Holes()
+    _walk(h, 0, [10])
+    _walk(h, 1, [5])
+    assert _walk(h, 0, [12]) == ["seek"]
+    assert _walk(h, 1, [6, 7]) == ["pass", "pass"]
+    assert _walk(h, 0, [13, 11, 12]) == ["drop", "pass", "pass"]
+
+
+def test_a_hole_that_the_reread_does_not_fill_holds_no_event_and_is_passed_over_once():
+    h = Holes()
+    _walk(h, 2, [7])
+    assert _walk(h, 2, [10]) == ["seek"]  # offsets 8 and 9: a transaction's markers, say
+    assert _walk(h, 2, [11]) == ["drop"]  # fetched before the seek
+    assert _walk(h, 2, [10, 11]) == ["pass", "pass"]  # read again, 10 comes first again: real
+    assert _walk(h, 2, [14]) == ["seek"] and h.found == 2  # a later hole is looked at afresh
+
+
+def test_events_read_again_after_a_seek_pass_and_revoked_partitions_start_afresh():
+    h = Holes()
+    _walk(h, 4, [100, 101, 102])
+    assert _walk(h, 4, [98, 99, 100, 101, 102, 103]) == ["pass"] * 6  # the delivery watch read them again
+    assert _walk(h, 4, [105]) == ["seek"]
+    h.forget([4])  # revoked (or assigned again): Faust starts it from the committed offset
+    assert _walk(h, 4, [90, 91]) == ["pass", "pass"] and not h.waiting and h.expected(4) == 92
