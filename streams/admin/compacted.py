@@ -89,27 +89,33 @@ async def publish(
         raise SettingsError(f"cannot connect with these settings: {exc}") from None
     await connection.start(producer, settings)
     hush = _NewTopicRetries()
-    sender = logging.getLogger("aiokafka.producer.sender")
+    loggers = [logging.getLogger(name) for name in ("aiokafka.producer.sender", "aiokafka.cluster")]
     if quiet:
-        sender.addFilter(hush)
+        for logger in loggers:
+            logger.addFilter(hush)
     try:
         for key, value, headers in records:
             await producer.send_and_wait(topic, value, key=key, partition=0, headers=headers)
     except KafkaError as exc:
         raise broker_error(exc, settings) from None
     finally:
-        sender.removeFilter(hush)
+        for logger in loggers:
+            logger.removeFilter(hush)
         await producer.stop()
 
 
 class _NewTopicRetries(logging.Filter):
-    """Drops aiokafka's warning for a produce retried because a topic created a moment ago
-    has no leader ready yet (the retry succeeds; the command prints nothing about it)."""
+    """Drops aiokafka's messages about a topic created a moment ago: a produce retried as
+    it has no leader ready yet, and metadata that does not list it yet (the producer asks
+    again; the command prints nothing about either)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
+        msg = str(record.msg)
+        if msg.startswith("Topic %s not found in cluster metadata"):
+            return False
         return not (
-            record.msg.startswith("Got error produce response on topic-partition")
+            msg.startswith("Got error produce response on topic-partition")
             and any(getattr(a, "__name__", "") == "NotLeaderForPartitionError" for a in args)
         )
 

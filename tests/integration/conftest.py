@@ -1,9 +1,12 @@
 """One real KRaft broker per test session: the one .ci/run started (LOOPWARDEN_TEST_BOOTSTRAP),
-or a fresh local one. No broker means failure, never a skip. Workers are started through
-`start_worker`, and stopped when the test ends; the topics a test made are deleted then."""
+or a fresh local one, shared by pytest-xdist's worker processes. No broker means failure,
+never a skip. Workers are started through `start_worker`, and stopped when the test ends;
+the topics a test made are deleted then."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from pathlib import Path
 
@@ -20,11 +23,41 @@ def bootstrap(tmp_path_factory) -> str:
         assert localkafka.answers(given, timeout=5), f"LOOPWARDEN_TEST_BOOTSTRAP={given} does not answer"
         yield given
         return
-    broker = localkafka.start(Path(tmp_path_factory.mktemp("kafka")))
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:  # one process: a broker of its own
+        broker = localkafka.start(Path(tmp_path_factory.mktemp("kafka")))
+        try:
+            yield broker.bootstrap
+        finally:
+            localkafka.stop(broker)
+        return
+    # pytest-xdist's workers share one broker: the first to need it starts it, each one
+    # counts itself in and out, and the last out stops it.
+    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every worker
+    with _locked(shared / "kafka.lock"):
+        broker = localkafka.start(shared / "kafka")  # a broker running there is given back
+        _count(shared / "kafka.users", +1)
     try:
         yield broker.bootstrap
     finally:
-        localkafka.stop(broker)
+        with _locked(shared / "kafka.lock"):
+            if _count(shared / "kafka.users", -1) == 0:
+                localkafka.stop(broker)
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _count(path: Path, step: int) -> int:
+    n = (int(path.read_text() or 0) if path.exists() else 0) + step
+    path.write_text(str(n))
+    return n
 
 
 @pytest.fixture
