@@ -72,3 +72,26 @@ def _openclaw_tests_get_the_plugins_packages(request):
     first (`openclaw_packages`)."""
     if request.node.path.name.startswith("test_openclaw"):
         request.getfixturevalue("openclaw_packages")
+
+
+# Test files that keep both cores busy (their own brokers, Node and Chromium processes,
+# many workers at once): under pytest-xdist they run one after another in one process,
+# so that no two of them starve each other or the shared broker. Every other file runs
+# whole in one process too (as --dist loadfile would): its module fixtures are made once.
+HEAVY = {
+    "test_openclaw_install.py",
+    "test_openclaw_npm.py",
+    "test_hooks_runtimes.py",
+    "test_worker_exits.py",
+    "test_broker_crash.py",
+    "test_localkafka.py",
+    "test_security.py",
+    "test_openclaw_tls.py",
+    "test_audit_html_browser.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group("heavy" if name in HEAVY else str(item.path)))

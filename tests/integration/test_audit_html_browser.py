@@ -104,7 +104,7 @@ class Browser:
         self._next = 0
         self._changed = asyncio.Event()
 
-    def ws_url(self, timeout: float = 15) -> str:
+    def ws_url(self, timeout: float = 60) -> str:
         port_file = self.profile / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
