@@ -24,7 +24,7 @@ from ..gateway.settings import Settings, read_detection_config
 from . import config_follow, faust_compat, rebalance, watchdog
 from . import fleet as fleet_stage
 from .batches import BatchLoop
-from .delivery import Holes
+from .delivery import DeliveryWatch, Holes
 from .health import Health
 from .metrics import Metrics
 
@@ -124,9 +124,9 @@ def create_app(
     ledger = fleet if fleet is not None else FleetLedger()
     batches.fleet = ledger.view
     fleet_stage.install(app, settings, ledger, lambda: batches.config, metrics)
-    rebalance.install(app, settings, batches, metrics, inbox)
+    watch = rebalance.install(app, settings, batches, metrics, inbox)
     Health(app, batches, settings.events_topic, following).install(app)
-    _install_loop(app, settings, events, runs, batches, metrics, inbox)
+    _install_loop(app, settings, events, runs, batches, metrics, inbox, watch)
     return app
 
 
@@ -179,7 +179,14 @@ def _lags(app: faust.App, settings: Settings, batches: BatchLoop) -> dict[int, i
 
 
 def _install_loop(
-    app: faust.App, settings: Settings, events: Any, runs: Any, batches: BatchLoop, metrics: Metrics, inbox: list[Any]
+    app: faust.App,
+    settings: Settings,
+    events: Any,
+    runs: Any,
+    batches: BatchLoop,
+    metrics: Metrics,
+    inbox: list[Any],
+    watch: DeliveryWatch,
 ) -> None:
     """The agent, the batch loop as a service, and the worker's periodic chores."""
 
@@ -200,6 +207,8 @@ def _install_loop(
         holes, check, PASS, SEEK = batches.holes, batches.holes.check, Holes.PASS, Holes.SEEK
         async for event in stream.events():
             m = event.message
+            if m.partition not in holes.next:  # its first event since the assignment: from where?
+                holes.begin(m.partition, await watch.start_of(m.partition, m.tp))
             verdict = check(m.partition, m.offset)
             if verdict == PASS:
                 await batches.add(event)

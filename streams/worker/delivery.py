@@ -153,7 +153,7 @@ class DeliveryWatch:
         for p, (tp, quiet_s) in quiet.items():
             position = await self._call(consumer.position(tp))
             done = folded.get(p)
-            expected = done[0] + 1 if done is not None else await self._start_of(p, tp)
+            expected = done[0] + 1 if done is not None else await self.start_of(p, tp)
             seen[p] = Partition(position, expected, quiet_s)
         rewind = to_rewind(seen, self.after_s, self.tried)
         if not self.idle():  # an event arrived while the offsets were looked up
@@ -176,7 +176,7 @@ class DeliveryWatch:
             self.on_reread(p)
         return rewind
 
-    async def _start_of(self, p: int, tp: Any) -> int | None:
+    async def start_of(self, p: int, tp: Any) -> int | None:
         """The group's committed offset of `tp`, or its first offset when none was
         committed: where Faust started it. Asked of the broker once per assignment (the
         group commits only what the batch loop folded, and then the progress is known)."""
@@ -239,6 +239,17 @@ class Holes:
         for p in partitions:
             self.next.pop(p, None)
             self.waiting.pop(p, None)
+
+    def begin(self, partition: int, start: int | None) -> None:
+        """Where the partition's events start in this assignment: the group's committed
+        offset, or its first offset when none was committed (DeliveryWatch.start_of).
+        Events lost before the first one that comes are then a hole like any other (seen
+        in CI: a worker that kept partitions the group had never committed, across a
+        rebalance during which Faust restored its breakers table, got their events only
+        from the second of each run on). None: not known (a broker that did not answer);
+        the first event that comes is then taken as it is."""
+        if start is not None:
+            self.next[partition] = start
 
     def expected(self, partition: int) -> int:
         return self.next[partition]

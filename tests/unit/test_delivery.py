@@ -222,3 +222,16 @@ def test_events_read_again_after_a_seek_pass_and_revoked_partitions_start_afresh
     assert _walk(h, 4, [105]) == ["seek"]
     h.forget([4])  # revoked (or assigned again): Faust starts it from the committed offset
     assert _walk(h, 4, [90, 91]) == ["pass", "pass"] and not h.waiting and h.expected(4) == 92
+
+
+def test_events_lost_before_the_first_one_of_an_assignment_are_a_hole_too():
+    h = Holes()
+    h.begin(6, 0)  # never committed: the partition starts at its first offset
+    assert _walk(h, 6, [3]) == ["seek"] and h.expected(6) == 0
+    assert _walk(h, 6, [4, 0, 1, 2, 3, 4]) == ["drop"] + ["pass"] * 5
+    h.forget([6])
+    h.begin(6, 20)  # committed at 20
+    assert _walk(h, 6, [20, 21]) == ["pass", "pass"]
+    h.forget([6])
+    h.begin(6, None)  # the broker did not say: the first event is taken as it comes
+    assert _walk(h, 6, [30, 31]) == ["pass", "pass"]
