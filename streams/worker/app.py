@@ -24,7 +24,7 @@ from ..gateway.settings import Settings, read_detection_config
 from . import config_follow, faust_compat, rebalance, watchdog
 from . import fleet as fleet_stage
 from .batches import BatchLoop
-from .delivery import DeliveryWatch, Holes
+from .delivery import DeliveryWatch, Refetched, read_hole
 from .health import Health
 from .metrics import Metrics
 
@@ -204,17 +204,16 @@ def _install_loop(
         # the output and acknowledges each event by hand once that output is durable.
         stream.enable_acks = False
         inbox.append(stream.channel)
-        holes, check, PASS, SEEK = batches.holes, batches.holes.check, Holes.PASS, Holes.SEEK
+        holes, check = batches.holes, batches.holes.check
         async for event in stream.events():
             m = event.message
             if m.partition not in holes.next:  # its first event since the assignment: from where?
                 holes.begin(m.partition, await watch.start_of(m.partition, m.tp))
-            verdict = check(m.partition, m.offset)
-            if verdict == PASS:
-                await batches.add(event)
-            elif verdict == SEEK:  # never acknowledged: read again from the hole, with what follows it
-                metrics.holes.labels(str(m.partition)).inc()
-                await app.consumer.seek(m.tp, holes.expected(m.partition))
+            hole = check(m.partition, m.offset)
+            if hole is not None:
+                for lost in await _fill(app, settings, m, hole, metrics):
+                    await batches.add(lost)
+            await batches.add(event)
 
     @app.task
     async def settle_memory() -> None:
@@ -271,3 +270,27 @@ def run_worker(settings: Settings) -> None:
         if app.batches.failed is not None and not exc.code:  # type: ignore[attr-defined]  # set by create_app
             raise SystemExit(1) from None  # stopped because output could not be published
         raise
+
+
+async def _fill(app: faust.App, settings: Settings, m: Any, start: int, metrics: Metrics) -> list[Refetched]:
+    """The events of the hole before `m` (delivery.Holes), read from the broker, to be
+    passed on before it. A read that fails is logged and counted: the events are then
+    lost as they would have been, and the worker goes on."""
+    metrics.holes.labels(str(m.partition)).inc()
+    log.warning(
+        "%s[%d]: offsets %d to %d never reached the agent (offset %d did); reading them from the broker",
+        m.topic,
+        m.partition,
+        start,
+        m.offset - 1,
+        m.offset,
+    )
+    try:
+        records = await read_hole(settings, m.topic, m.partition, start, m.offset)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        metrics.holes_unfilled.labels(str(m.partition)).inc()
+        log.error("%s[%d]: offsets %d to %d could not be read: %r", m.topic, m.partition, start, m.offset - 1, exc)
+        return []
+    return [Refetched(app.consumer, m.tp, r) for r in records]

@@ -201,44 +201,34 @@ class DeliveryWatch:
 
 
 class Holes:
-    """Events lost in the middle of what reached the agent, found and read again.
+    """Events lost in the middle of what reached the agent, found, and read by hand.
 
     Within one assignment the agent gets a partition's events in offset order, one after
     another: the events topic is not compacted and its producers write no transaction
     markers. An event whose offset is past the next one expected means events before
-    it were lost on the way (faust-streaming 0.15.3 loses fetched records; see the top of
-    this module). Faust would not notice: it commits the first run of acknowledged
-    offsets that starts at most one past its committed offset, so the events after one
-    lost record are committed over it, and the lost one is never answered
-    (`benchmarks.failover --rolling` saw one such call in a rolling restart).
+    it were lost on the way (faust-streaming 0.15.3 loses fetched records around
+    rebalances; see the top of this module). Faust would not notice: it commits the first
+    run of acknowledged offsets that starts at most one past its committed offset, so
+    the events after one lost record are committed over it, and the lost one is never
+    answered (`benchmarks.failover --rolling` lost one call per rolling restart so).
 
-    `check(partition, offset)` says what to do with each event the agent gets:
-
-    - PASS: pass it on (in order, the first of its partition since the assignment, or
-      one read again after a seek);
-    - SEEK: a hole: pass it on not; seek the partition back to `expected(partition)`,
-      the first offset missing;
-    - DROP: a partition sought back is waiting for that offset; what comes before it
-      from the queues was fetched before the seek, and comes again after it.
-
-    A hole that a seek back does not fill (the same event comes first again) is real:
-    offsets that held no event, as a transactional producer's markers do. The event is
-    then passed on, once, and the partition goes on from it.
+    `check(partition, offset)` gives the first offset of the hole before the event, or
+    None. The agent then reads the hole from the broker itself (`read_hole`) and passes
+    those events on first, in order, each acknowledged like any other: commits stay
+    contiguous. A seek back through Faust does not do: the records Faust had fetched
+    past the hole still come after the seek and move its read offset past the hole
+    again, so it drops what the seek fetches, and it counts the offsets it skipped as
+    done (its `_add_gap`).
     """
-
-    PASS, SEEK, DROP = 0, 1, 2
 
     def __init__(self) -> None:
         self.next: dict[int, int] = {}  # partition -> the next offset expected
-        # partition -> (the offset sought back to, the offset of the event that found the hole)
-        self.waiting: dict[int, tuple[int, int]] = {}
         self.found = 0
 
     def forget(self, partitions: Iterable[int]) -> None:
         """The partitions were revoked or assigned: their next events start afresh."""
         for p in partitions:
             self.next.pop(p, None)
-            self.waiting.pop(p, None)
 
     def begin(self, partition: int, start: int | None) -> None:
         """Where the partition's events start in this assignment: the group's committed
@@ -251,35 +241,54 @@ class Holes:
         if start is not None:
             self.next[partition] = start
 
-    def expected(self, partition: int) -> int:
-        return self.next[partition]
-
-    def check(self, partition: int, offset: int) -> int:
-        wait = self.waiting.get(partition)
-        if wait is not None:
-            start, seen = wait
-            if offset == start or offset < start:
-                if offset == start:
-                    del self.waiting[partition]
-                self.next[partition] = offset + 1
-                return self.PASS
-            if offset == seen:  # read again from `start`, and this one comes first again
-                del self.waiting[partition]
-                log.info("partition %d: offsets %d to %d hold no event; on from %d", partition, start, seen - 1, seen)
-                self.next[partition] = offset + 1
-                return self.PASS
-            return self.DROP
+    def check(self, partition: int, offset: int) -> int | None:
         expected = self.next.get(partition)
+        self.next[partition] = offset + 1 if expected is None else max(expected, offset + 1)
         if expected is None or offset <= expected:
-            self.next[partition] = offset + 1
-            return self.PASS
-        self.waiting[partition] = (expected, offset)
+            return None  # in order, or read again (after a seek)
         self.found += 1
-        log.warning(
-            "partition %d: offsets %d to %d never reached the agent (offset %d did); reading them again",
-            partition,
-            expected,
-            offset - 1,
-            offset,
-        )
-        return self.SEEK
+        return expected
+
+
+async def read_hole(
+    settings: Any, topic: str, partition: int, start: int, end: int, timeout: float = 15.0
+) -> list[Any]:
+    """The records of `topic`'s partition from offset `start` up to `end` (excluded),
+    read with a consumer of no group. Offsets that hold no record (a transaction's
+    markers) are simply not there. TimeoutError when the read does not reach `end`."""
+    from aiokafka import TopicPartition
+
+    from ..gateway import connection
+
+    reader = connection.reader(settings, max_poll_records=10_000)
+    await connection.start(reader, settings)
+    tp = TopicPartition(topic, partition)
+    out: list[Any] = []
+    try:
+        reader.assign([tp])
+        reader.seek(tp, start)  # a seek, not a reset: nothing can overtake it
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for r in (await reader.getmany(tp, timeout_ms=500)).get(tp, []):
+                if r.offset >= end:
+                    return out
+                out.append(r)
+            if await reader.position(tp) >= end:
+                return out
+        raise TimeoutError(f"{topic}[{partition}]: offsets {start} to {end - 1} not read within {timeout:.0f}s")
+    finally:
+        await reader.stop()
+
+
+class Refetched:
+    """An event read by hand (`read_hole`), as the batch loop takes Faust's: its message,
+    and `ack()`, which marks its offset done in Faust's consumer as Faust's own do."""
+
+    __slots__ = ("consumer", "message")
+
+    def __init__(self, consumer: Any, tp: Any, record: Any) -> None:
+        self.consumer = consumer
+        self.message = faust_compat.to_message(consumer, tp, record)
+
+    def ack(self) -> bool:
+        return bool(self.message.ack(self.consumer))

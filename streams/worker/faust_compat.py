@@ -34,6 +34,12 @@ async def committed_offset(consumer: Any, tp: Any) -> int | None:
     return offset
 
 
+def to_message(consumer: Any, tp: Any, record: Any) -> Any:
+    """A Faust message made of an aiokafka record (`Consumer._to_message`, as Faust makes
+    the ones it delivers): acknowledging it marks its offset done in `consumer`."""
+    return consumer._to_message(tp, record)
+
+
 class Worker(faust.Worker):
     """Faust's worker, with a hook on each way a stop begins: Faust calls `_on_sigterm`
     and `_on_sigint` (mode's signal handlers, protected names) for the signals and

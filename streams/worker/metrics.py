@@ -55,7 +55,13 @@ class Metrics:
         )
         self.holes = Counter(
             "loopwarden_offset_holes",
-            "Times events reached the agent past a hole (events lost on the way), read again from it (delivery.py)",
+            "Times events reached the agent past a hole (events lost on the way), read from the broker (delivery.py)",
+            ["partition"],
+            registry=r,
+        )
+        self.holes_unfilled = Counter(
+            "loopwarden_offset_holes_unfilled",
+            "Holes whose events could not be read from the broker: those events went unanswered (delivery.py)",
             ["partition"],
             registry=r,
         )

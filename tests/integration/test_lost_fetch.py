@@ -52,3 +52,33 @@ def test_events_lost_between_the_consumer_and_the_agent_are_read_again(bootstrap
     # Found after 5 quiet seconds, checked once a second.
     assert took < 20, took
     assert 'loopwarden_partitions_reread_total{partition="' in w.metrics()
+
+
+def test_events_lost_in_the_middle_are_read_from_the_broker_before_the_ones_after_them(bootstrap, start_worker):
+    # Faust commits over one unacknowledged offset when those after it are acknowledged:
+    # without the read, the lost events would stay unanswered for good.
+    env = {"PYTHONPATH": str(FAULTS), "LOOPWARDEN_TEST_LOSE_AFTER": "5", "LOOPWARDEN_TEST_LOSE_FETCHED": "6"}
+    w = start_worker(None, CONFIG, partitions=1, env=env)
+    s = w.topics
+    events = [
+        {
+            "type": "tool_call",
+            "run_id": "run-h",
+            "seq": i,
+            "gateway_id": "gw-1",
+            "tool_name": "read",
+            "params": {"path": "/same"},
+        }
+        for i in range(16)
+    ]
+    produce(bootstrap, s.events_topic, event_records(events))
+    got = consume(bootstrap, s.decisions_topic, want=len(events), timeout=30, settle=0.5)
+    log = w.log.read_text(errors="replace")
+    assert "offsets 5 to 10 never reached the agent (offset 11 did); reading them from the broker" in log, w.tail()
+    # in order, each once: the hole's events went before the one that found it
+    decisions = [json.loads(m.value) for m in got]
+    assert [d["seq"] for d in decisions] == list(range(16))
+    expected = replay([decode_event(json.dumps(e)) for e in events], DetectionConfig(CONFIG))
+    assert [m.value for m in got] == [encode(d) for d in expected]
+    assert 'loopwarden_offset_holes_total{partition="0"} 1.0' in w.metrics()
+    assert "loopwarden_offset_holes_unfilled_total{" not in w.metrics()

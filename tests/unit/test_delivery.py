@@ -181,57 +181,48 @@ def test_a_failing_check_never_ends_the_watch():
     assert NotStarted.calls == 3
 
 
-def _walk(holes: Holes, partition: int, offsets: list[int]) -> list[str]:
-    names = {Holes.PASS: "pass", Holes.SEEK: "seek", Holes.DROP: "drop"}
-    return [names[holes.check(partition, o)] for o in offsets]
+def _walk(holes: Holes, partition: int, offsets: list[int]) -> list[int | None]:
+    """What `check` says of each offset: None (pass it on), or the first offset of the
+    hole before it."""
+    return [holes.check(partition, o) for o in offsets]
 
 
-def test_events_in_order_pass_and_a_hole_is_sought_back_to_its_first_missing_offset():
+def test_events_in_order_pass_and_a_hole_names_its_first_missing_offset():
     h = Holes()
-    assert _walk(h, 3, [40, 41, 42]) == ["pass"] * 3  # the first since the assignment, then in order
-    assert _walk(h, 3, [45]) == ["seek"] and h.expected(3) == 43 and h.found == 1
-    # what the queues still hold from before the seek is dropped: it comes again
-    assert _walk(h, 3, [46, 47]) == ["drop", "drop"]
-    # read again from the hole: in order from there, the one that found it too
-    assert _walk(h, 3, [43, 44, 45, 46, 47, 48]) == ["pass"] * 6
-    assert h.found == 1 and not h.waiting
+    assert _walk(h, 3, [40, 41, 42]) == [None] * 3  # the first since the assignment, then in order
+    assert _walk(h, 3, [45]) == [43] and h.found == 1  # 43 and 44 are read from the broker first
+    assert _walk(h, 3, [46, 47]) == [None, None]
+    assert _walk(h, 3, [50]) == [48] and h.found == 2
 
 
-def test_other_partitions_flow_while_one_waits_for_its_hole():
+def test_each_partition_has_its_own_next_offset():
     h = Holes()
     _walk(h, 0, [10])
     _walk(h, 1, [5])
-    assert _walk(h, 0, [12]) == ["seek"]
-    assert _walk(h, 1, [6, 7]) == ["pass", "pass"]
-    assert _walk(h, 0, [13, 11, 12]) == ["drop", "pass", "pass"]
+    assert _walk(h, 0, [12]) == [11]
+    assert _walk(h, 1, [6, 7]) == [None, None]
+    assert _walk(h, 0, [13]) == [None]
 
 
-def test_a_hole_that_the_reread_does_not_fill_holds_no_event_and_is_passed_over_once():
-    h = Holes()
-    _walk(h, 2, [7])
-    assert _walk(h, 2, [10]) == ["seek"]  # offsets 8 and 9: a transaction's markers, say
-    assert _walk(h, 2, [11]) == ["drop"]  # fetched before the seek
-    assert _walk(h, 2, [10, 11]) == ["pass", "pass"]  # read again, 10 comes first again: real
-    assert _walk(h, 2, [14]) == ["seek"] and h.found == 2  # a later hole is looked at afresh
-
-
-def test_events_read_again_after_a_seek_pass_and_revoked_partitions_start_afresh():
+def test_events_read_again_pass_and_do_not_move_the_next_offset_back():
     h = Holes()
     _walk(h, 4, [100, 101, 102])
-    assert _walk(h, 4, [98, 99, 100, 101, 102, 103]) == ["pass"] * 6  # the delivery watch read them again
-    assert _walk(h, 4, [105]) == ["seek"]
-    h.forget([4])  # revoked (or assigned again): Faust starts it from the committed offset
-    assert _walk(h, 4, [90, 91]) == ["pass", "pass"] and not h.waiting and h.expected(4) == 92
+    # the delivery watch (or Faust) read them again: answered again, no hole among them
+    assert _walk(h, 4, [98, 99, 100, 101, 102, 103]) == [None] * 6
+    assert _walk(h, 4, [99, 105]) == [None, 104]
 
 
-def test_events_lost_before_the_first_one_of_an_assignment_are_a_hole_too():
+def test_revoked_partitions_start_afresh_and_a_known_start_finds_a_hole_before_the_first_event():
     h = Holes()
+    _walk(h, 6, [100, 101])
+    h.forget([6])  # revoked (or assigned again): Faust starts it from the committed offset
+    assert _walk(h, 6, [90, 91]) == [None, None]
+    h.forget([6])
     h.begin(6, 0)  # never committed: the partition starts at its first offset
-    assert _walk(h, 6, [3]) == ["seek"] and h.expected(6) == 0
-    assert _walk(h, 6, [4, 0, 1, 2, 3, 4]) == ["drop"] + ["pass"] * 5
+    assert _walk(h, 6, [3, 4]) == [0, None]
     h.forget([6])
     h.begin(6, 20)  # committed at 20
-    assert _walk(h, 6, [20, 21]) == ["pass", "pass"]
+    assert _walk(h, 6, [20, 21]) == [None, None]
     h.forget([6])
     h.begin(6, None)  # the broker did not say: the first event is taken as it comes
-    assert _walk(h, 6, [30, 31]) == ["pass", "pass"]
+    assert _walk(h, 6, [30, 31]) == [None, None]
