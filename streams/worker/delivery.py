@@ -29,8 +29,9 @@ brings nothing (the offsets held no event: a transactional producer's markers ta
 offsets too) is not repeated until the partition's position or progress moves.
 
 Only a loss at the end of what was fetched is found this way. Records lost before
-others that did arrive leave a gap that looks like the gaps Kafka itself leaves (those
-markers, compaction), so they are not looked for.
+others that did arrive leave a hole in the offsets the agent sees: `Holes` finds those,
+and the agent reads them from the broker itself (`read_hole`) before it passes on the
+event that showed the hole.
 """
 
 from __future__ import annotations
