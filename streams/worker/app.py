@@ -24,7 +24,7 @@ from ..gateway.settings import Settings, read_detection_config
 from . import config_follow, faust_compat, rebalance, watchdog
 from . import fleet as fleet_stage
 from .batches import BatchLoop
-from .delivery import DeliveryWatch, Refetched, read_hole
+from .delivery import Refetched, read_hole
 from .health import Health
 from .metrics import Metrics
 
@@ -124,9 +124,9 @@ def create_app(
     ledger = fleet if fleet is not None else FleetLedger()
     batches.fleet = ledger.view
     fleet_stage.install(app, settings, ledger, lambda: batches.config, metrics)
-    watch = rebalance.install(app, settings, batches, metrics, inbox)
+    rebalance.install(app, settings, batches, metrics, inbox)
     Health(app, batches, settings.events_topic, following).install(app)
-    _install_loop(app, settings, events, runs, batches, metrics, inbox, watch)
+    _install_loop(app, settings, events, runs, batches, metrics, inbox)
     return app
 
 
@@ -186,7 +186,6 @@ def _install_loop(
     batches: BatchLoop,
     metrics: Metrics,
     inbox: list[Any],
-    watch: DeliveryWatch,
 ) -> None:
     """The agent, the batch loop as a service, and the worker's periodic chores."""
 
@@ -208,7 +207,7 @@ def _install_loop(
         async for event in stream.events():
             m = event.message
             if m.partition not in holes.next:  # its first event since the assignment: from where?
-                holes.begin(m.partition, await watch.start_of(m.partition, m.tp))
+                holes.begin(m.partition, faust_compat.start_offset(app.consumer, m.tp))
             hole = check(m.partition, m.offset)
             if hole is not None:
                 for lost in await _fill(app, settings, m, hole, metrics):

@@ -233,7 +233,7 @@ class Holes:
 
     def begin(self, partition: int, start: int | None) -> None:
         """Where the partition's events start in this assignment: the group's committed
-        offset, or its first offset when none was committed (DeliveryWatch.start_of).
+        offset, or 0 when none was committed (faust_compat.start_offset).
         Events lost before the first one that comes are then a hole like any other (seen
         in CI: a worker that kept partitions the group had never committed, across a
         rebalance during which Faust restored its breakers table, got their events only

@@ -34,6 +34,17 @@ async def committed_offset(consumer: Any, tp: Any) -> int | None:
     return offset
 
 
+def start_offset(consumer: Any, tp: Any) -> int:
+    """Where Faust starts a partition it was assigned: the group's committed offset as
+    Faust read it at the assignment (`Consumer._committed_offset`, filled when it seeks
+    its stream partitions to their committed offsets, before any event of them flows),
+    or 0 when none was committed. Known without asking the broker: the agent must not
+    wait on Faust's consumer thread for it. (Retention may have removed the first
+    records of a partition never committed; a hole read from 0 then finds nothing.)"""
+    offset = consumer._committed_offset.get(tp)
+    return int(offset) if offset else 0
+
+
 def to_message(consumer: Any, tp: Any, record: Any) -> Any:
     """A Faust message made of an aiokafka record (`Consumer._to_message`, as Faust makes
     the ones it delivers): acknowledging it marks its offset done in `consumer`."""
