@@ -45,6 +45,16 @@ def start_offset(consumer: Any, tp: Any) -> int:
     return int(offset) if offset else 0
 
 
+async def refresh_metadata(consumer: Any) -> None:
+    """Have the aiokafka consumer that Faust runs in its consumer thread read the
+    cluster's metadata again now (`Consumer._thread`, `_ensure_consumer()._client`). A
+    topic created a moment ago can be in its metadata with no partitions yet, and
+    aiokafka reads it again only every few minutes; Faust's table then refuses every
+    write (PartitionsMismatch, "the changelog topic has 0 partitions")."""
+    thread = consumer._thread
+    await thread.call_thread(thread._ensure_consumer()._client.force_metadata_update)
+
+
 def to_message(consumer: Any, tp: Any, record: Any) -> Any:
     """A Faust message made of an aiokafka record (`Consumer._to_message`, as Faust makes
     the ones it delivers): acknowledging it marks its offset done in `consumer`."""

@@ -39,6 +39,7 @@ from detectors.wire import Decision, ToolResult
 
 from ..admin.fleet_topic import FleetFollower, FleetLedger
 from ..gateway.settings import Settings
+from . import faust_compat
 from .producer import OutRecord
 
 log = logging.getLogger("loopwarden.fleet")
@@ -158,7 +159,7 @@ def install(app: Any, settings: Settings, ledger: FleetLedger, config_of: Any, m
                     log.warning("starting the window of %r afresh: its stored state is unreadable: %s", fail.tool, exc)
                     rule = ToolBreakerFold(cfg.tool_breaker, recheck_late=True)
             b = rule.observe(fail.tool, fail.outcome, fail.ts, fail.run_id, fail.gateway_id)
-            windows[event.key] = export_tool(rule, fail.tool)
+            await _store(app, windows, event.key, export_tool(rule, fail.tool))
             if b is not None:
                 await _publish_breaker(app, settings, b)
                 opened[b.id] = b
@@ -191,3 +192,23 @@ async def _publish_breaker(app: Any, settings: Settings, b: Breaker) -> None:
     )
     await app.producer.send(settings.alerts_topic, key, rec, partition=0, headers=None, timestamp=None)
     log.warning("%s", summary)
+
+
+async def _store(app: Any, windows: Any, key: bytes, value: bytes, tries: int = 60) -> None:
+    """`windows[key] = value`, waiting out a changelog topic that the consumer's metadata
+    does not know yet (a worker just started on new topics, on a loaded broker): Faust
+    refuses the write until it does. The metadata is read again twice a second, for up
+    to `tries` times; then the refusal is raised (the agent is restarted)."""
+    from faust.exceptions import PartitionsMismatch
+
+    for attempt in range(tries):
+        try:
+            windows[key] = value
+            return
+        except PartitionsMismatch as exc:
+            if attempt == tries - 1:
+                raise
+            if attempt == 0:
+                log.warning("the breakers table cannot be written yet (%s); reading the metadata again", exc)
+            await faust_compat.refresh_metadata(app.consumer)
+            await asyncio.sleep(0.5)
