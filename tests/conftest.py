@@ -74,24 +74,24 @@ def _openclaw_tests_get_the_plugins_packages(request):
         request.getfixturevalue("openclaw_packages")
 
 
-# Test files that keep both cores busy (their own brokers, Node and Chromium processes,
-# many workers at once): under pytest-xdist they run one after another in one process,
-# so that no two of them starve each other or the shared broker. Every other file runs
-# whole in one process too (as --dist loadfile would): its module fixtures are made once.
-HEAVY = {
-    "test_openclaw_install.py",
-    "test_openclaw_npm.py",
-    "test_hooks_runtimes.py",
-    "test_worker_exits.py",
+# Under pytest-xdist the tests run as two queues, one per process. Every test that uses
+# the session's shared broker is in the first, one after another as in a single process:
+# two at once made the broker lag (a topic just made unknown for seconds, a breakers
+# changelog "with 0 partitions") and starved its controller. The second queue holds what
+# never touches that broker: the unit and offline tests, and the integration files that
+# run Node, Chromium or brokers of their own. Each queue runs in the order collected.
+OWN_PROCESSES = {
+    "test_openclaw_install.py",  # the openclaw CLI, no broker
+    "test_hooks_runtimes.py",  # Claude Code, Codex and Gemini CLI's own checks, no broker
+    "test_audit_html_browser.py",  # Chromium on a report made offline
+    "test_localkafka.py",  # brokers of its own
     "test_broker_crash.py",
-    "test_localkafka.py",
-    "test_security.py",
     "test_openclaw_tls.py",
-    "test_audit_html_browser.py",
+    "test_security.py",
 }
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        name = item.path.name
-        item.add_marker(pytest.mark.xdist_group("heavy" if name in HEAVY else str(item.path)))
+        shared = "integration" in item.path.parts and item.path.name not in OWN_PROCESSES
+        item.add_marker(pytest.mark.xdist_group("shared-broker" if shared else "the-rest"))
