@@ -233,12 +233,14 @@ class Holes:
 
     def begin(self, partition: int, start: int | None) -> None:
         """Where the partition's events start in this assignment: the group's committed
-        offset, or 0 when none was committed (faust_compat.start_offset).
+        offset as Faust knows it (faust_compat.start_offset).
         Events lost before the first one that comes are then a hole like any other (seen
         in CI: a worker that kept partitions the group had never committed, across a
         rebalance during which Faust restored its breakers table, got their events only
-        from the second of each run on). None: not known (a broker that did not answer);
-        the first event that comes is then taken as it is."""
+        from the second of each run on). None: not known (Faust holds no committed
+        offset for it); the first event that comes is then taken as it is, and a loss
+        before it is not found (the CI case above is one: its partitions were never
+        committed)."""
         if start is not None:
             self.next[partition] = start
 
