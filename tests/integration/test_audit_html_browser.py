@@ -333,4 +333,4 @@ def test_the_report_in_headless_chromium(tmp_path):
     background = max(colours, key=pixels.count)
     assert len(colours) > 50
     assert 0.02 < 1 - pixels.count(background) / len(pixels) < 0.9
-    assert elapsed < 20, f"the browser test took {elapsed:.1f}s"
+    assert elapsed < 90, f"the browser test took {elapsed:.1f}s"  # a hang, not a speed goal
