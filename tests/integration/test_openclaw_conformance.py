@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -159,6 +160,7 @@ def test_scenarios_through_the_typescript_client(group, bootstrap, tmp_path, wor
             i, d = untag(d, tag)
             per_scenario[i].append(d)
         for sc, exp, have in zip(scenarios, expected, per_scenario, strict=True):
+            have = at_least_once(have, exp)
             assert len(have) == len(exp), f"{mode} {sc['name']}: {len(have)} decisions, {len(exp)} expected\n{w.tail()}"
             runs = {d["run_id"] for d in exp}
             for run in runs:  # each gateway reads one partition, where a run's decisions keep their order
@@ -171,3 +173,24 @@ def test_scenarios_through_the_typescript_client(group, bootstrap, tmp_path, wor
         ]
         assert w.alive()
     assert decided["privacy"] == decided["raw"]  # decision for decision, run by run
+
+
+def at_least_once(have: list[dict], exp: list[dict]) -> list[dict]:
+    """The decisions received, each event's beyond the count expected of it dropped: a
+    worker may publish a decision again (an event folded twice after a rebalance or a
+    reread; gateways keep the first), and such a repeat must equal the first. A scenario
+    that sends an event twice (170) expects its decision twice, so repeats are counted
+    per event, not removed."""
+    want = Counter(d["event_id"] for d in exp)
+    first: dict[str, dict] = {}
+    seen: Counter[str] = Counter()
+    out = []
+    for d in have:
+        eid = d["event_id"]
+        seen[eid] += 1
+        if seen[eid] <= want[eid] or eid not in first:  # kept: expected, or not expected at all
+            out.append(d)
+            first.setdefault(eid, d)
+        else:
+            assert d == first[eid], f"a repeat that differs from the first: {d}"
+    return out
