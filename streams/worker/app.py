@@ -24,7 +24,7 @@ from ..gateway.settings import Settings, read_detection_config
 from . import config_follow, faust_compat, rebalance, watchdog
 from . import fleet as fleet_stage
 from .batches import BatchLoop
-from .delivery import Refetched, read_hole
+from .delivery import fill_hole
 from .health import Health
 from .metrics import Metrics
 
@@ -179,13 +179,7 @@ def _lags(app: faust.App, settings: Settings, batches: BatchLoop) -> dict[int, i
 
 
 def _install_loop(
-    app: faust.App,
-    settings: Settings,
-    events: Any,
-    runs: Any,
-    batches: BatchLoop,
-    metrics: Metrics,
-    inbox: list[Any],
+    app: faust.App, settings: Settings, events: Any, runs: Any, batches: BatchLoop, metrics: Metrics, inbox: list[Any]
 ) -> None:
     """The agent, the batch loop as a service, and the worker's periodic chores."""
 
@@ -210,7 +204,7 @@ def _install_loop(
                 holes.begin(m.partition, faust_compat.start_offset(app.consumer, m.tp))
             hole = check(m.partition, m.offset)
             if hole is not None:
-                for lost in await _fill(app, settings, m, hole, metrics):
+                for lost in await fill_hole(app.consumer, settings, m, hole, metrics):
                     await batches.add(lost)
             await batches.add(event)
 
@@ -269,27 +263,3 @@ def run_worker(settings: Settings) -> None:
         if app.batches.failed is not None and not exc.code:  # type: ignore[attr-defined]  # set by create_app
             raise SystemExit(1) from None  # stopped because output could not be published
         raise
-
-
-async def _fill(app: faust.App, settings: Settings, m: Any, start: int, metrics: Metrics) -> list[Refetched]:
-    """The events of the hole before `m` (delivery.Holes), read from the broker, to be
-    passed on before it. A read that fails is logged and counted: the events are then
-    lost as they would have been, and the worker goes on."""
-    metrics.holes.labels(str(m.partition)).inc()
-    log.warning(
-        "%s[%d]: offsets %d to %d never reached the agent (offset %d did); reading them from the broker",
-        m.topic,
-        m.partition,
-        start,
-        m.offset - 1,
-        m.offset,
-    )
-    try:
-        records = await read_hole(settings, m.topic, m.partition, start, m.offset)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        metrics.holes_unfilled.labels(str(m.partition)).inc()
-        log.error("%s[%d]: offsets %d to %d could not be read: %r", m.topic, m.partition, start, m.offset - 1, exc)
-        return []
-    return [Refetched(app.consumer, m.tp, r) for r in records]

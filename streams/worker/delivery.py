@@ -154,7 +154,7 @@ class DeliveryWatch:
         for p, (tp, quiet_s) in quiet.items():
             position = await self._call(consumer.position(tp))
             done = folded.get(p)
-            expected = done[0] + 1 if done is not None else await self.start_of(p, tp)
+            expected = done[0] + 1 if done is not None else await self._start_of(p, tp)
             seen[p] = Partition(position, expected, quiet_s)
         rewind = to_rewind(seen, self.after_s, self.tried)
         if not self.idle():  # an event arrived while the offsets were looked up
@@ -177,7 +177,7 @@ class DeliveryWatch:
             self.on_reread(p)
         return rewind
 
-    async def start_of(self, p: int, tp: Any) -> int | None:
+    async def _start_of(self, p: int, tp: Any) -> int | None:
         """The group's committed offset of `tp`, or its first offset when none was
         committed: where Faust started it. Asked of the broker once per assignment (the
         group commits only what the batch loop folded, and then the progress is known)."""
@@ -233,14 +233,11 @@ class Holes:
 
     def begin(self, partition: int, start: int | None) -> None:
         """Where the partition's events start in this assignment: the group's committed
-        offset as Faust knows it (faust_compat.start_offset).
-        Events lost before the first one that comes are then a hole like any other (seen
-        in CI: a worker that kept partitions the group had never committed, across a
-        rebalance during which Faust restored its breakers table, got their events only
-        from the second of each run on). None: not known (Faust holds no committed
-        offset for it); the first event that comes is then taken as it is, and a loss
-        before it is not found (the CI case above is one: its partitions were never
-        committed)."""
+        offset as Faust knows it (faust_compat.start_offset). Events lost before the
+        first one that comes are then a hole like any other. None (Faust holds no
+        committed offset for it): the first event is taken as it comes, and a loss before
+        it is not found (seen in CI on partitions never committed, kept across a
+        rebalance while Faust restored its breakers table)."""
         if start is not None:
             self.next[partition] = start
 
@@ -295,3 +292,21 @@ class Refetched:
 
     def ack(self) -> bool:
         return bool(self.message.ack(self.consumer))
+
+
+async def fill_hole(consumer: Any, settings: Any, m: Any, start: int, metrics: Any) -> list[Refetched]:
+    """The events of the hole before message `m` (Holes.check gave `start`), read from
+    the broker, to be passed on before `m`. A read that fails is logged and counted: the
+    events are then lost as they would have been, and the worker goes on."""
+    metrics.holes.labels(str(m.partition)).inc()
+    where = f"{m.topic}[{m.partition}]: offsets {start} to {m.offset - 1}"
+    log.warning("%s never reached the agent (offset %d did); reading them from the broker", where, m.offset)
+    try:
+        records = await read_hole(settings, m.topic, m.partition, start, m.offset)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        metrics.holes_unfilled.labels(str(m.partition)).inc()
+        log.error("%s could not be read: %r", where, exc)
+        return []
+    return [Refetched(consumer, m.tp, r) for r in records]
