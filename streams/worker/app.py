@@ -24,7 +24,7 @@ from ..gateway.settings import Settings, read_detection_config
 from . import config_follow, faust_compat, rebalance, watchdog
 from . import fleet as fleet_stage
 from .batches import BatchLoop
-from .delivery import fill_hole
+from .delivery import GroupStarts, fill_hole
 from .health import Health
 from .metrics import Metrics
 
@@ -183,6 +183,8 @@ def _install_loop(
 ) -> None:
     """The agent, the batch loop as a service, and the worker's periodic chores."""
 
+    starts = GroupStarts(settings, settings.app_id)  # Faust's group is named after the app
+
     @app.service
     class _Batches(Service):  # started and stopped with the worker
         async def on_start(self) -> None:
@@ -190,6 +192,7 @@ def _install_loop(
 
         async def on_stop(self) -> None:
             await batches.stop()
+            await starts.close()
 
     @app.agent(events, concurrency=1)
     async def fold_events(stream: Any) -> None:
@@ -201,12 +204,18 @@ def _install_loop(
         async for event in stream.events():
             m = event.message
             if m.partition not in holes.next:  # its first event since the assignment: from where?
-                holes.begin(m.partition, faust_compat.start_offset(app.consumer, m.tp))
+                start = faust_compat.start_offset(app.consumer, m.tp)
+                if start is None:
+                    batches.receiving = True
+                    start = await starts.start_of(m.tp)
+                holes.begin(m.partition, start)
             hole = check(m.partition, m.offset)
             if hole is not None:
+                batches.receiving = True
                 for lost in await fill_hole(app.consumer, settings, m, hole, metrics):
                     await batches.add(lost)
             await batches.add(event)
+            batches.receiving = False
 
     @app.task
     async def settle_memory() -> None:

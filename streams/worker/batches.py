@@ -195,6 +195,9 @@ class BatchLoop(Service):
         # Health (app.py's /health reads these).
         self.failed: BaseException | None = None  # output could not be published: the worker stops
         self.last_fold = time.monotonic()  # when a batch was last folded
+        # The agent holds an event it has not passed on yet (it is asking the broker where
+        # the partition starts, or reading a hole): the event is on its way.
+        self.receiving = False
 
     async def add(self, event: Any) -> None:
         """Pass an event on; waits only when far more than a batch is waiting."""
@@ -268,9 +271,15 @@ class BatchLoop(Service):
         log.warning("config switched: %s -> %s", old or "defaults", config_id or "defaults")
 
     def idle(self) -> bool:
-        """No event is waiting to be folded (or held while its partition's states load),
-        and no batch is being folded."""
-        return not self._waiting and not self.gate.count and not self.handling and self.failed is None
+        """No event is waiting to be folded (or held while its partition's states load, or
+        in the agent's hands), and no batch is being folded."""
+        return (
+            not self._waiting
+            and not self.gate.count
+            and not self.handling
+            and not self.receiving
+            and self.failed is None
+        )
 
     @Service.task
     async def _fold_loop(self) -> None:

@@ -233,11 +233,10 @@ class Holes:
 
     def begin(self, partition: int, start: int | None) -> None:
         """Where the partition's events start in this assignment: the group's committed
-        offset as Faust knows it (faust_compat.start_offset). Events lost before the
-        first one that comes are then a hole like any other. None (Faust holds no
-        committed offset for it): the first event is taken as it comes, and a loss before
-        it is not found (seen in CI on partitions never committed, kept across a
-        rebalance while Faust restored its breakers table)."""
+        offset as Faust knows it (faust_compat.start_offset), else as the broker holds it
+        (`GroupStarts`). Events lost before the first one that comes are then a hole like
+        any other. None (not known): the first event is taken as it comes, and a loss
+        before it is not found."""
         if start is not None:
             self.next[partition] = start
 
@@ -248,6 +247,63 @@ class Holes:
             return None  # in order, or read again (after a seek)
         self.found += 1
         return expected
+
+
+class GroupStarts:
+    """Where the group starts a partition when Faust holds no committed offset for it
+    (faust_compat.start_offset gives None): the group's committed offset as the broker
+    holds it, or the partition's first offset when the group never committed one (Faust
+    then starts there: its offset reset is "earliest"). Asked of the broker with clients
+    of the worker's own, on the agent's loop, not through Faust's consumer thread (which
+    held the agent's first events for seconds during rebalances). Without this, events
+    lost before the first one to reach the agent of a partition never committed were
+    not found (seen in CI: the three-worker breaker test missed the first calls of a run).
+
+    A call that fails or takes over `timeout_s` gives None: the first event is then
+    taken as it comes, as before. The clients start on first use; `close()` stops them."""
+
+    def __init__(self, settings: Any, group_id: str, timeout_s: float = 3.0) -> None:
+        self.settings = settings
+        self.group_id = group_id
+        self.timeout_s = timeout_s
+        self.admin: Any = None
+        self.reader: Any = None
+
+    async def start_of(self, tp: Any) -> int | None:
+        try:
+            return await asyncio.wait_for(self._ask(tp), self.timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a broker that does not answer: the first event is taken as it comes
+            log.info("%s[%d]: where the group starts it is not known: %r", tp.topic, tp.partition, exc)
+            return None
+
+    async def _ask(self, tp: Any) -> int:
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        from ..gateway import connection
+
+        if self.admin is None:
+            admin = AIOKafkaAdminClient(**connection.client_kwargs(self.settings))
+            await connection.start(admin, self.settings)
+            self.admin = admin
+        committed = (await self.admin.list_consumer_group_offsets(self.group_id, partitions=[tp])).get(tp)
+        if committed is not None and committed.offset >= 0:
+            return int(committed.offset)
+        if self.reader is None:
+            reader = connection.reader(self.settings)
+            await connection.start(reader, self.settings)
+            self.reader = reader
+        return int((await self.reader.beginning_offsets([tp]))[tp])
+
+    async def close(self) -> None:
+        admin, reader, self.admin, self.reader = self.admin, self.reader, None, None
+        for client, stop in ((admin, "close"), (reader, "stop")):
+            if client is not None:
+                try:
+                    await asyncio.wait_for(getattr(client, stop)(), 5.0)
+                except Exception as exc:
+                    log.info("a client did not stop cleanly: %r", exc)
 
 
 async def read_hole(

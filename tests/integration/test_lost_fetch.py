@@ -3,7 +3,7 @@
 faust-streaming was seen to lose fetched records on their way to the agent about once in
 60 quick worker starts; the worker then never answered them (streams/worker/delivery.py).
 Here the loss is made to happen on every start: tests/integration/faults/sitecustomize.py,
-on the worker's PYTHONPATH, drops the first events records the consumer fetches."""
+on the worker's PYTHONPATH, drops the first records the consumer fetches."""
 
 from __future__ import annotations
 
@@ -80,5 +80,33 @@ def test_events_lost_in_the_middle_are_read_from_the_broker_before_the_ones_afte
     assert [d["seq"] for d in decisions] == list(range(16))
     expected = replay([decode_event(json.dumps(e)) for e in events], DetectionConfig(CONFIG))
     assert [m.value for m in got] == [encode(d) for d in expected]
+    assert 'loopwarden_offset_holes_total{partition="0"} 1.0' in w.metrics()
+    assert "loopwarden_offset_holes_unfilled_total{" not in w.metrics()
+
+
+def test_events_lost_before_the_first_of_a_partition_never_committed_are_read_from_the_broker(bootstrap, start_worker):
+    # A fresh group: Faust holds no committed offset, and the first event to reach the
+    # agent is offset 6. The broker says the group never committed one, so the partition
+    # started at its first offset, 0: offsets 0 to 5 are a hole, read before offset 6.
+    env = {"PYTHONPATH": str(FAULTS), "LOOPWARDEN_TEST_LOSE_FETCHED": "6"}
+    w = start_worker(None, CONFIG, partitions=1, env=env)
+    s = w.topics
+    events = [
+        {
+            "type": "tool_call",
+            "run_id": "run-f",
+            "seq": i,
+            "gateway_id": "gw-1",
+            "tool_name": "read",
+            "params": {"path": "/same"},
+        }
+        for i in range(16)
+    ]
+    produce(bootstrap, s.events_topic, event_records(events))
+    got = consume(bootstrap, s.decisions_topic, want=len(events), timeout=30, settle=0.5)
+    log = w.log.read_text(errors="replace")
+    assert "offsets 0 to 5 never reached the agent (offset 6 did); reading them from the broker" in log, w.tail()
+    expected = replay([decode_event(json.dumps(e)) for e in events], DetectionConfig(CONFIG))
+    assert [m.value for m in got] == [encode(d) for d in expected]  # in order, each once
     assert 'loopwarden_offset_holes_total{partition="0"} 1.0' in w.metrics()
     assert "loopwarden_offset_holes_unfilled_total{" not in w.metrics()
