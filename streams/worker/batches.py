@@ -195,9 +195,7 @@ class BatchLoop(Service):
         # Health (app.py's /health reads these).
         self.failed: BaseException | None = None  # output could not be published: the worker stops
         self.last_fold = time.monotonic()  # when a batch was last folded
-        # The agent holds an event it has not passed on yet (it is asking the broker where
-        # the partition starts, or reading a hole): the event is on its way.
-        self.receiving = False
+        self.receiving = False  # the agent holds an event not passed on yet (app.py): on its way
 
     async def add(self, event: Any) -> None:
         """Pass an event on; waits only when far more than a batch is waiting."""
@@ -273,13 +271,7 @@ class BatchLoop(Service):
     def idle(self) -> bool:
         """No event is waiting to be folded (or held while its partition's states load, or
         in the agent's hands), and no batch is being folded."""
-        return (
-            not self._waiting
-            and not self.gate.count
-            and not self.handling
-            and not self.receiving
-            and self.failed is None
-        )
+        return not (self._waiting or self.gate.count or self.handling or self.receiving) and self.failed is None
 
     @Service.task
     async def _fold_loop(self) -> None:
@@ -382,18 +374,7 @@ class BatchLoop(Service):
                 e.ack()
             self.runs.committed(cp)
             if self.trace is not None:
-                self.trace.line(
-                    {
-                        "k": "flush",
-                        "t0": t0,
-                        "cp": t1,
-                        "q": t2,
-                        "dur": t3,
-                        "ack": time.time(),
-                        "states": len(cp.staged),
-                        "events": len(events),
-                    }
-                )
+                self.trace.flush(t0, t1, t2, t3, len(cp.staged), len(events))
             if final:
                 await self.runs.close()
             self.metrics.flushes.inc()

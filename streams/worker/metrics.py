@@ -15,87 +15,78 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.events = Counter("loopwarden_events", "Events applied (dead letters not included)", registry=r)
-        self.decisions = Counter(
-            "loopwarden_decisions", "Decisions published, by action and detector", ["action", "detector"], registry=r
+        counter, gauge = self._counter, self._gauge
+        self.events = counter("loopwarden_events", "Events applied (dead letters not included)")
+        self.decisions = counter(
+            "loopwarden_decisions", "Decisions published, by action and detector", "action", "detector"
         )
-        self.dead_letters = Counter(
-            "loopwarden_dead_letters", "Events sent to the dead-letter topic, by reason", ["reason"], registry=r
+        self.dead_letters = counter(
+            "loopwarden_dead_letters", "Events sent to the dead-letter topic, by reason", "reason"
         )
         self.latency = Histogram(
             "loopwarden_processing_seconds",
             "Per batch: from its oldest event's Kafka timestamp to its decisions being handed to the producer",
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
-            registry=r,
+            registry=self.registry,
         )
         self.batch = Histogram(
             "loopwarden_batch_events",
             "Events per processed batch",
             buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
-            registry=r,
+            registry=self.registry,
         )
-        self.lag = Gauge(
+        self.lag = gauge(
             "loopwarden_consumer_lag",
             "Events not yet folded, by partition (once one was folded since assignment)",
-            ["partition"],
-            registry=r,
+            "partition",
         )
-        self.evicted = Counter(
+        self.evicted = counter(
             "loopwarden_runs_evicted",
             "Runs dropped from the table for being idle past twice runIdleTimeoutMs (event time)",
-            registry=r,
         )
-        self.runs = Gauge("loopwarden_active_runs", "Runs with state in this worker's table", registry=r)
-        self.rereads = Counter(
+        self.runs = gauge("loopwarden_active_runs", "Runs with state in this worker's table")
+        # Events lost between Faust's consumer and the agent (delivery.py)
+        self.rereads = counter(
             "loopwarden_partitions_reread",
             "Times an events partition was read again: events were fetched but never reached the agent (delivery.py)",
-            ["partition"],
-            registry=r,
+            "partition",
         )
-        self.holes = Counter(
+        self.holes = counter(
             "loopwarden_offset_holes",
             "Times events reached the agent past a hole (events lost on the way), read from the broker (delivery.py)",
-            ["partition"],
-            registry=r,
+            "partition",
         )
-        self.holes_unfilled = Counter(
+        self.holes_unfilled = counter(
             "loopwarden_offset_holes_unfilled",
             "Holes whose events could not be read from the broker: those events went unanswered (delivery.py)",
-            ["partition"],
-            registry=r,
+            "partition",
         )
-        self.flushes = Counter(
-            "loopwarden_state_flushes", "Writes of the touched run states to the changelog", registry=r
+        # Run states: the changelog and the partitions taken over
+        self.flushes = counter("loopwarden_state_flushes", "Writes of the touched run states to the changelog")
+        self.flushed_states = counter("loopwarden_state_records", "Run-state records written to the changelog")
+        self.partitions_loaded = counter(
+            "loopwarden_partitions_loaded", "Events partitions whose run states were read from the changelog"
         )
-        self.flushed_states = Counter(
-            "loopwarden_state_records", "Run-state records written to the changelog", registry=r
-        )
-        self.partitions_loaded = Counter(
-            "loopwarden_partitions_loaded",
-            "Events partitions whose run states were read from the changelog",
-            registry=r,
-        )
-        self.partitions_kept = Counter(
+        self.partitions_kept = counter(
             "loopwarden_partitions_kept",
             "Events partitions kept across a rebalance with their run states in memory (not read again)",
-            registry=r,
         )
-        self.states_loaded = Counter(
-            "loopwarden_states_loaded", "Run states read from the changelog when taking partitions over", registry=r
+        self.states_loaded = counter(
+            "loopwarden_states_loaded", "Run states read from the changelog when taking partitions over"
         )
-        self.fleet_records = Gauge(
-            "loopwarden_fleet_signals", "Stop orders and breakers received from the fleet topic", registry=r
+        # The fleet (semantics.md section 9)
+        self.fleet_records = gauge("loopwarden_fleet_signals", "Stop orders and breakers received from the fleet topic")
+        self.fleet_taken = gauge(
+            "loopwarden_fleet_records_read", "Records taken in from the fleet topic (a lift counts)"
         )
-        self.fleet_taken = Gauge(
-            "loopwarden_fleet_records_read", "Records taken in from the fleet topic (a lift counts)", registry=r
-        )
-        self.fleet_skipped = Gauge(
-            "loopwarden_fleet_records_skipped", "Unreadable records of the fleet topic, skipped", registry=r
-        )
-        self.breakers_opened = Counter(
-            "loopwarden_breakers_opened", "Tool breakers this worker's fleet stage opened", registry=r
-        )
+        self.fleet_skipped = gauge("loopwarden_fleet_records_skipped", "Unreadable records of the fleet topic, skipped")
+        self.breakers_opened = counter("loopwarden_breakers_opened", "Tool breakers this worker's fleet stage opened")
+
+    def _counter(self, name: str, doc: str, *labels: str) -> Counter:
+        return Counter(name, doc, list(labels), registry=self.registry)
+
+    def _gauge(self, name: str, doc: str, *labels: str) -> Gauge:
+        return Gauge(name, doc, list(labels), registry=self.registry)
 
     def observe_batch(self, msgs: list[Any], folded: int, counts: dict[tuple[str, str], int]) -> None:
         """A batch's figures, once per batch (per-event calls into prometheus_client add up):

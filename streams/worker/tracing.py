@@ -58,6 +58,21 @@ class Tracer:
             t["ack"] = t["q"]
             self.line(t)
 
+    def flush(self, t0: float, cp: float, q: float, dur: float, states: int, events: int) -> None:
+        """A state flush's line, written once its input is acknowledged (now)."""
+        self.line(
+            {
+                "k": "flush",
+                "t0": t0,
+                "cp": cp,
+                "q": q,
+                "dur": dur,
+                "ack": time.time(),
+                "states": states,
+                "events": events,
+            }
+        )
+
     def line(self, record: dict[str, Any]) -> None:
         self._out.write(json.dumps(record, separators=(",", ":")) + "\n")
 
