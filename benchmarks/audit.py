@@ -148,6 +148,11 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--bootstrap", help="use this broker (default: start a local one, stopped at the end)")
     ap.add_argument("--rounds", type=int, default=2, help="timed rounds of each command, interleaved (default 2)")
+    ap.add_argument(
+        "--grace",
+        help="the audits' --grace (default: the audit's own, 5m: the whole trace's decisions are then "
+        "held at once, as a fleet's busiest grace period's would be)",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -176,8 +181,7 @@ def main() -> None:
                 prefix,
                 "--worker-config",
                 str(cfg),
-                "--grace",
-                "5s",
+                *(["--grace", args.grace] if args.grace else []),
                 "--json",
             )
             one = [*audit_cmd, "--jobs", "1"]
@@ -229,6 +233,7 @@ def main() -> None:
                 "benchmark": "audit",
                 "events": n,
                 "decisions": len(decisions),
+                "grace": args.grace or "5m (the default)",
                 "load_seconds": round(load_s, 1),
                 "cpu_count": os.cpu_count(),
                 "replay": replay,

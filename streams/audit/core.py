@@ -305,6 +305,8 @@ class Audit:
         recorded = rec.decision if rec is not None else None
         ts = ev.ts if ev.ts is not None else mt
         equal = rec is not None and encoded is not None and rec.whole == hash(encoded)
+        if rec is not None:
+            rec.whole = 0  # read once: a settled decision, held a while for late records, keeps none
         status = self.tally.count(rec is not None, replayed, rec is not None and rec.conflict, ts, equal)
         if rec is not None:
             rec.status = status

@@ -159,6 +159,30 @@ def test_decisions_expire_a_grace_period_after_the_horizon_and_the_rest_at_the_e
     assert ("r", 6) not in j.done
 
 
+def test_a_settled_decision_expires_by_its_events_time_and_does_not_hold_up_an_older_one():
+    j = Join(grace_ms=1000)
+    first, second = decision(seq=0, event_id="r:0"), decision(seq=2, event_id="r:2")
+    j.offer(rec_msg(first, 1000))
+    j.offer(rec_msg(second, 1500))
+    rec = j.settle(("r", 0), 9000, decided=True)  # its event came late: its time is now 9000
+    assert rec.time == 9000
+    # The settled one, first in order, does not keep the waiting one from expiring.
+    assert [r.eid for r in j.expire(2600)] == [("r", 2)]
+    j.expire(10_900)
+    assert ("r", 0) in j.done  # kept a second grace period after its event's time
+    j.expire(11_001)
+    assert ("r", 0) not in j.done
+
+
+def test_the_decisions_of_a_run_share_its_id_and_the_key_the_dict_keeps():
+    j = Join(grace_ms=1000)
+    for s in range(3):
+        j.offer(rec_msg(decision(seq=s, event_id=f"r:{s}"), 5000 + s))
+    keys = list(j.pending)
+    assert len({id(k[0]) for k in keys}) == 1  # one string for the run, not one per decision
+    assert all(j.pending[k].eid is k for k in keys)  # the record's key is the dict's own
+
+
 def test_the_join_keeps_only_its_scope_and_the_first_shard_counts_unreadable_records():
     d = decision()
     for scope, kept in (
