@@ -24,7 +24,7 @@ from ..gateway.settings import Settings, read_detection_config
 from . import config_follow, faust_compat, rebalance, watchdog
 from . import fleet as fleet_stage
 from .batches import BatchLoop
-from .delivery import GroupStarts, fill_hole
+from .delivery import fill_hole
 from .health import Health
 from .metrics import Metrics
 
@@ -183,8 +183,6 @@ def _install_loop(
 ) -> None:
     """The agent, the batch loop as a service, and the worker's periodic chores."""
 
-    starts = GroupStarts(settings, settings.app_id)  # Faust's group is named after the app
-
     @app.service
     class _Batches(Service):  # started and stopped with the worker
         async def on_start(self) -> None:
@@ -192,7 +190,6 @@ def _install_loop(
 
         async def on_stop(self) -> None:
             await batches.stop()
-            await starts.close()
 
     @app.agent(events, concurrency=1)
     async def fold_events(stream: Any) -> None:
@@ -200,7 +197,7 @@ def _install_loop(
         # the output and acknowledges each event by hand once that output is durable.
         stream.enable_acks = False
         inbox.append(stream.channel)
-        holes, check = batches.holes, batches.holes.check
+        holes, check, starts = batches.holes, batches.holes.check, batches.starts
         async for event in stream.events():
             m = event.message
             if m.partition not in holes.next:  # its first event since the assignment: from where?

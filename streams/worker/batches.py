@@ -31,7 +31,7 @@ from detectors.ingest import SetAside, fold
 
 from ..gateway.settings import Settings
 from . import fleet as fleet_out
-from .delivery import Holes
+from .delivery import GroupStarts, Holes
 from .metrics import Metrics
 from .producer import BatchProducer, OutRecord
 from .recovery import Gate, Recovery
@@ -176,6 +176,7 @@ class BatchLoop(Service):
         self.recovery = Recovery(settings, self.runs, metrics, self._release)  # loads partitions' states
         self.gate = Gate(self.recovery)  # holds the events of partitions not loaded yet
         self.holes = Holes()  # events lost on their way to the agent (the agent checks each)
+        self.starts = GroupStarts(settings, settings.app_id)  # where the group starts a partition (Faust's group)
         self.interval = settings.flush_interval_ms / 1000.0
         self.progress: dict[int, int] = {}  # partition -> last offset folded
         self.folded_at: dict[int, float] = {}  # partition -> when an event of it was last folded
@@ -242,6 +243,7 @@ class BatchLoop(Service):
                 except Exception as exc:
                     log.warning("a producer did not stop cleanly: %r", exc)
             await self.recovery.stop()
+            await self.starts.close()
             if self.trace is not None:
                 self.trace.close()
 

@@ -88,6 +88,7 @@ class DeliveryWatch:
         topic: str,
         folded: Callable[[], Mapping[int, tuple[int, float]]],
         idle: Callable[[], bool],
+        group_start: Callable[[Any], Awaitable[int | None]],
         on_reread: Callable[[int], None] = lambda partition: None,
         after_s: float = 5.0,
         timeout_s: float = 5.0,
@@ -96,6 +97,7 @@ class DeliveryWatch:
         self.topic = topic
         self.folded = folded
         self.idle = idle
+        self.group_start = group_start  # GroupStarts.start_of: the agent's hole check asks the same
         self.on_reread = on_reread
         self.after_s = after_s
         self.timeout_s = timeout_s
@@ -183,10 +185,7 @@ class DeliveryWatch:
         group commits only what the batch loop folded, and then the progress is known)."""
         if p in self.starts:
             return self.starts[p]
-        start: int | None = await self._call(faust_compat.committed_offset(self.app.consumer, tp))
-        if start is None:
-            first = await self._call(self.app.consumer.earliest_offsets(tp))
-            start = None if first is None else first.get(tp)
+        start: int | None = await self._call(self.group_start(tp))
         if start is not None:
             self.starts[p] = int(start)
         return start

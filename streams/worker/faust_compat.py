@@ -25,15 +25,6 @@ def paused_partitions(consumer: Any) -> set[Any]:
     return set(consumer._paused_partitions)
 
 
-async def committed_offset(consumer: Any, tp: Any) -> int | None:
-    """The group's committed offset of `tp`, asked of the aiokafka consumer that Faust
-    runs in its consumer thread (`Consumer._thread`, `_ensure_consumer`): Faust's own
-    Consumer has no call for it, and delivery.py needs where Faust started a partition."""
-    thread = consumer._thread
-    offset: int | None = await thread.call_thread(thread._ensure_consumer().committed, tp)
-    return offset
-
-
 def start_offset(consumer: Any, tp: Any) -> int | None:
     """Where Faust starts a partition it was assigned: the group's committed offset as
     Faust read it at the assignment (`Consumer._committed_offset`, filled when it seeks

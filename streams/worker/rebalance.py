@@ -35,6 +35,7 @@ def install(app: Any, settings: Settings, batches: BatchLoop, metrics: Metrics, 
         topic,
         lambda: {p: (offset, batches.folded_at.get(p, 0.0)) for p, offset in batches.progress.items()},
         idle,
+        batches.starts.start_of,
         on_reread=lambda p: metrics.rereads.labels(str(p)).inc(),
     )
 

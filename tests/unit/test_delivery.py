@@ -36,35 +36,14 @@ def test_a_partition_is_read_again_only_when_quiet_and_behind_its_position(state
     assert to_rewind({0: state}, after_s=5.0) == rewind
 
 
-class _KafkaConsumer:
-    """aiokafka's consumer, as far as the watch asks it (through Faust's thread)."""
-
-    def __init__(self, committed: dict[int, int | None]) -> None:
-        self._committed = committed
-
-    async def committed(self, tp: TP) -> int | None:
-        return self._committed.get(tp.partition)
-
-
-class _Thread:
-    def __init__(self, committed: dict[int, int | None]) -> None:
-        self.kafka = _KafkaConsumer(committed)
-
-    def _ensure_consumer(self) -> _KafkaConsumer:
-        return self.kafka
-
-    async def call_thread(self, fun, *args):
-        return await fun(*args)
-
-
 class _Consumer:
     """What the watch uses of Faust's consumer, in memory."""
 
     def __init__(self, positions: dict[int, int], committed: dict[int, int | None], first: int = 0) -> None:
         self.positions = positions
+        self.committed = committed  # the group's, as the broker holds them (GroupStarts asks it)
         self.first = first
         self._paused_partitions: set[TP] = set()
-        self._thread = _Thread(committed)
         self.seeks: list[tuple[int, int]] = []
 
     def assignment(self) -> set[TP]:
@@ -72,9 +51,6 @@ class _Consumer:
 
     async def position(self, tp: TP) -> int:
         return self.positions[tp.partition]
-
-    async def earliest_offsets(self, *tps: TP) -> dict[TP, int]:
-        return {tp: self.first for tp in tps}
 
     async def seek(self, tp: TP, offset: int) -> None:
         self.seeks.append((tp.partition, offset))
@@ -88,7 +64,14 @@ class _App:
 
 def _watch(consumer: _Consumer, folded: dict[int, tuple[int, float]], idle: bool = True) -> DeliveryWatch:
     reread: list[int] = []
-    w = DeliveryWatch(_App(consumer), TOPIC, lambda: folded, lambda: idle, on_reread=reread.append, after_s=5.0)
+
+    async def group_start(tp: TP) -> int | None:  # GroupStarts.start_of: committed, else the first offset
+        committed = consumer.committed.get(tp.partition)
+        return consumer.first if committed is None else committed
+
+    w = DeliveryWatch(
+        _App(consumer), TOPIC, lambda: folded, lambda: idle, group_start, on_reread=reread.append, after_s=5.0
+    )
     w.reread = reread  # type: ignore[attr-defined]
     return w
 
