@@ -123,7 +123,8 @@ def create_app(
     # The fleet (semantics.md section 9): stop orders and breakers received, the breaker stage.
     ledger = fleet if fleet is not None else FleetLedger()
     batches.fleet = ledger.view
-    fleet_stage.install(app, settings, ledger, lambda: batches.config, metrics)
+    breaker = following or config.tool_breaker is not None  # see fleet_stage.install
+    fleet_stage.install(app, settings, ledger, lambda: batches.config, metrics, breaker)
     rebalance.install(app, settings, batches, metrics, inbox)
     Health(app, batches, settings.events_topic, following).install(app)
     _install_loop(app, settings, events, runs, batches, metrics, inbox)
