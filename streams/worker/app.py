@@ -12,6 +12,7 @@ from typing import Any
 
 import faust
 from aiokafka.partitioner import murmur2
+from faust.types import TP
 from faust.web import Request, Response, View
 from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -166,16 +167,16 @@ def _lags(app: faust.App, settings: Settings, batches: BatchLoop) -> dict[int, i
     """Events not folded yet, per assigned partition of the events topic. Only for
     partitions folded from since they were assigned: before that the position is not
     known (the committed offset may be anywhere below the highwater)."""
-    consumer, out = app.consumer, {}
-    for tp in consumer.assignment():
-        done = batches.progress.get(tp.partition)
-        if tp.topic != settings.events_topic or done is None:
-            continue
+    consumer, out, topic = app.consumer, {}, settings.events_topic
+    # The partitions folded from since their assignment are in `progress` (a revoked one
+    # leaves it: rebalance.py); asked of each, not of Faust's assignment, which builds a
+    # new set of every partition on each call (the fold loop asks before every batch).
+    for p, done in list(batches.progress.items()):
         try:
-            high = consumer.highwater(tp)
-        except Exception:  # not fetched yet
+            high = consumer.highwater(TP(topic, p))
+        except Exception:  # not fetched yet, or no longer assigned
             continue
-        out[tp.partition] = max(0, (high or 0) - done - 1)
+        out[p] = max(0, (high or 0) - done - 1)
     return out
 
 
@@ -198,7 +199,7 @@ def _install_loop(
         # the output and acknowledges each event by hand once that output is durable.
         stream.enable_acks = False
         inbox.append(stream.channel)
-        holes, check, starts = batches.holes, batches.holes.check, batches.starts
+        holes, check, starts, put = batches.holes, batches.holes.check, batches.starts, batches.put
         async for event in stream.events():
             m = event.message
             if m.partition not in holes.next:  # its first event since the assignment: from where?
@@ -212,7 +213,8 @@ def _install_loop(
                 batches.receiving = True
                 for lost in await fill_hole(app.consumer, settings, m, hole, metrics):
                     await batches.add(lost)
-            await batches.add(event)
+            if put(event):  # far more than a batch waits: until the fold loop takes one
+                await batches.room()
             batches.receiving = False
 
     @app.task

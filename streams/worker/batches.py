@@ -86,12 +86,14 @@ def dead_letter(msg: Incoming, err: EventError) -> DeadLetter:
 
 class Folded(NamedTuple):
     """A batch folded: its output records, decisions by (action, detector), dead letters,
-    and (with a trace) each decision's (event id, offset, partition)."""
+    (with a trace) each decision's (event id, offset, partition), and each partition's
+    last offset."""
 
     out: list[OutRecord]
     counts: dict[tuple[str, str], int]
     dead: int
     ids: list[tuple[str, int, int]]
+    last: dict[int, int]  # partition -> its last offset in the batch
 
 
 def fold_batch(
@@ -140,8 +142,9 @@ def fold_batch(
             counts[k] = counts.get(k, 0) + 1
         if breaker_on or f.decisions:
             fleet_out.outputs(f, s, breaker_on, out)
-    runs.folded({m.partition: m.offset for m in msgs})
-    return Folded(out, counts, dead, ids)
+    last = {m.partition: m.offset for m in msgs}  # each partition's last offset in the batch
+    runs.folded(last)
+    return Folded(out, counts, dead, ids, last)
 
 
 class BatchLoop(Service):
@@ -169,6 +172,7 @@ class BatchLoop(Service):
         self.lag = lag  # events of the assigned partitions not folded yet
         self.hurry = hurry  # true while the app stops or rebalances: flush now
         self.linger = settings.batch_linger_ms / 1000.0
+        self._batch_max = settings.batch_max
         self.on_error = on_error
         self.publisher = BatchProducer(settings.kafka_kwargs())  # decisions and dead letters
         self.states = BatchProducer(settings.kafka_kwargs())  # changelog records: a connection of their own
@@ -200,20 +204,34 @@ class BatchLoop(Service):
 
     async def add(self, event: Any) -> None:
         """Pass an event on; waits only when far more than a batch is waiting."""
+        if self.put(event):
+            await self.room()
+
+    def put(self, event: Any) -> bool:
+        """Pass an event on without waiting (the agent's per-event path: no coroutine to
+        make); True when far more than a batch is waiting, and the caller should await
+        `room()` before the next one."""
         if self.failed is not None or self.should_stop:
-            return  # never acknowledged: the partition's next owner folds it
+            return False  # never acknowledged: the partition's next owner folds it
         arrival = time.time() if self.trace is not None else None
         if not self.gate.admit(event, arrival):
-            return  # its partition's states are being loaded: folded once they are
-        self._waiting.append(event)
+            return False  # its partition's states are being loaded: folded once they are
+        waiting = self._waiting
+        waiting.append(event)
         if arrival is not None:
             self._arrivals.append(arrival)
         self._arrived.set()
-        if len(self._waiting) >= self.settings.batch_max:
+        n = len(waiting)
+        if n >= self._batch_max:
             self._full.set()
-        if len(self._waiting) >= 4 * self.settings.batch_max:
-            self._room.clear()
-            await self._room.wait()
+            if n >= 4 * self._batch_max:
+                self._room.clear()
+                return True
+        return False
+
+    async def room(self) -> None:
+        """Until the fold loop has taken a batch from a long queue (after `put` said so)."""
+        await self._room.wait()
 
     def _release(self) -> None:
         """A partition's states are loaded: its held events go first (they came before
@@ -340,10 +358,8 @@ class BatchLoop(Service):
         # The states were staged before these events go into _unacked: a flush in
         # between stores a state ahead of its acknowledgement, never behind it.
         self._unacked.extend(batch)
-        now = time.monotonic()
-        for m in msgs:
-            self.progress[m.partition] = m.offset
-            self.folded_at[m.partition] = now
+        self.progress.update(folded.last)
+        self.folded_at.update(dict.fromkeys(folded.last, time.monotonic()))
         self.metrics.observe_batch(msgs, len(msgs) - folded.dead, folded.counts)
 
     async def _flush(self, final: bool = False) -> None:

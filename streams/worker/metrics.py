@@ -20,6 +20,7 @@ class Metrics:
         self.decisions = counter(
             "loopwarden_decisions", "Decisions published, by action and detector", "action", "detector"
         )
+        self._decision_children: dict[tuple[str, str], Any] = {}  # observe_batch's labelled counters
         self.dead_letters = counter(
             "loopwarden_dead_letters", "Events sent to the dead-letter topic, by reason", "reason"
         )
@@ -97,8 +98,12 @@ class Metrics:
         oldest = min((x.timestamp for x in msgs if x.timestamp), default=None)
         if oldest is not None:
             self.latency.observe(max(0.0, time.time() - oldest))
-        for (action, detector), n in counts.items():
-            self.decisions.labels(action, detector).inc(n)
+        children = self._decision_children
+        for key, n in counts.items():
+            child = children.get(key)
+            if child is None:  # labels() costs microseconds: once per (action, detector)
+                child = children[key] = self.decisions.labels(*key)
+            child.inc(n)
 
     def config_in_use(self, config_id: str | None) -> Callable[[str | None], None]:
         """The config in use, by id ("defaults": the built-in defaults), for dashboards and
