@@ -36,7 +36,13 @@ class TopicRange:
         # and not read yet is part of the audit's peak memory. With 64 MiB fetches a
         # 1M-event audit peaked at 414 MiB in one process, with these at 215 MiB, and
         # was no slower (benchmarks.audit, side by side with replay).
-        consumer = connection.reader(s, max_partition_fetch_bytes=512 << 10, fetch_max_bytes=8 << 20)
+        #
+        # No CRC check of each record batch on the client (check_crcs): the broker checked
+        # it when the batch was produced, and what the audit reads of a record is checked
+        # anyway (an event that does not decode is counted as a dead letter, a decision
+        # that does not decode as unreadable, one that differs as a mismatch). Reading
+        # 1M events took 1.18-1.29 s without the check, 1.44-1.55 s with it.
+        consumer = connection.reader(s, max_partition_fetch_bytes=512 << 10, fetch_max_bytes=8 << 20, check_crcs=False)
         await connection.start(consumer, s)
         self.consumer = consumer
         try:
