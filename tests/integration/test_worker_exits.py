@@ -162,10 +162,16 @@ def test_sigterm_stops_a_busy_worker(bootstrap, start_worker, flush_ms):
 
 
 def test_sigterm_stops_a_rebalancing_worker(bootstrap, start_worker):
-    w1 = start_worker(None, CONFIG, extra=("--stop-timeout-s", "20"))
+    # With the tool breaker on, the worker has a Faust table (the breakers' windows), and
+    # a rebalance includes Faust's recovery of its changelog: the longest rebalance a
+    # worker goes through, and one long enough to be seen on /health. (A worker without
+    # it consumes no failures topic and has no table: its rebalance can be over between
+    # two looks.)
+    config = {**CONFIG, "loopwarden": {"fleet": {"toolBreaker": {"enabled": True}}}}
+    w1 = start_worker(None, config, extra=("--stop-timeout-s", "20"))
     s = w1.topics
     produce(bootstrap, s.events_topic, event_records(calls("r", 200)))
-    w2 = start_worker(s.topic_prefix, CONFIG, name="second", extra=("--stop-timeout-s", "20"), wait=False)
+    w2 = start_worker(s.topic_prefix, config, name="second", extra=("--stop-timeout-s", "20"), wait=False)
     # the second member joined: the first is rebalancing now
     wait_until(lambda: (w1.health() or {}).get("status") != "ok", 60, "the group to rebalance")
     t0 = time.monotonic()
