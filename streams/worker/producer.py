@@ -106,6 +106,8 @@ class BatchProducer(Service):
                     batch = p.create_batch()
                     batch.append(key=r.key, value=r.value, timestamp=None, headers=r.headers or [])
             futures.append(await p.send_batch(batch, topic, partition=part))
+        if len(futures) == 1:  # a lone event's batch, mostly: no gathering future to make
+            return futures[0]
         return asyncio.gather(*futures)
 
     async def publish(self, records: Iterable[OutRecord]) -> None:
