@@ -213,7 +213,9 @@ def _install_loop(
                 batches.receiving = True
                 for lost in await fill_hole(app.consumer, settings, m, hole, metrics):
                     await batches.add(lost)
-            if put(event):  # far more than a batch waits: until the fold loop takes one
+            if batches.can_handle_now():  # a lone event: folded here, at once
+                await batches.handle_now(event)
+            elif put(event):  # far more than a batch waits: until the fold loop takes one
                 await batches.room()
             batches.receiving = False
 

@@ -2,10 +2,15 @@
 batches through the one fold (detectors.ingest), publishes decisions and dead letters,
 has the run states stored (run_store.RunStore) and acknowledges the input.
 
-The agent only passes events on (`add`). One task here folds whatever has been passed
-on since it last looked, so batches size themselves: under load many events arrive
-while a batch's output travels to the broker, and a lone event is folded at once,
-with no timer to wait out. At most one batch's output is in flight.
+The agent passes events on (`put`). One task here folds whatever has been passed on
+since it last looked, so batches size themselves: under load many events arrive while
+a batch's output travels to the broker, and a lone event is folded at once, with no
+timer to wait out. When nothing waits, no batch is being handled and the last one's
+output has been delivered, the agent folds its event itself (`handle_now`): the same
+handling, without waking the fold loop's task for one event (at 1,000 calls/s, about
+one event per batch, that hop cost 3-4% of the worker's CPU per event). At most one
+batch's output is in flight, and one batch is handled at a time (`_turn`), so the
+decisions of a partition go out in its order.
 
 Run states go to the changelog at most once per flush interval, not once per batch:
 under load that is one record per touched run per interval. Input is acknowledged only
@@ -185,6 +190,7 @@ class BatchLoop(Service):
         self.progress: dict[int, int] = {}  # partition -> last offset folded
         self.folded_at: dict[int, float] = {}  # partition -> when an event of it was last folded
         self.handling = False  # a batch is being folded and published
+        self._turn = asyncio.Lock()  # one batch handled at a time: the fold loop's, or the agent's lone event
         self._waiting: list[Any] = []  # events passed on, not folded yet
         self.trace = tracer_from_env()  # per-batch timings (tracing.py), off by default
         self._arrivals: list[float] = []  # with a trace: when each waiting event was passed on
@@ -228,6 +234,30 @@ class BatchLoop(Service):
                 self._room.clear()
                 return True
         return False
+
+    def can_handle_now(self) -> bool:
+        """Nothing waits, no batch is being handled, the last batch's output was delivered,
+        and the worker is not stopping: the agent may fold its event itself, now."""
+        if self._waiting or self._turn.locked() or self.failed is not None or self.should_stop:
+            return False
+        return not self._sent or self._sent[-1].done()
+
+    async def handle_now(self, event: Any) -> None:
+        """Fold, publish and stage one event as a batch of its own (after `can_handle_now`,
+        with no await in between): what the fold loop would do with it a task switch
+        later. An event of a partition whose states are loading is held, as by `put`."""
+        arrival = time.time() if self.trace is not None else None
+        if not self.gate.admit(event, arrival):
+            return
+        async with self._turn:
+            self.handling = True
+            try:
+                await self._handle([event], [arrival] if arrival is not None else [])
+            except Exception as exc:
+                self._fail(exc)
+            finally:
+                self.handling = False
+            self.last_fold = time.monotonic()
 
     async def room(self) -> None:
         """Until the fold loop has taken a batch from a long queue (after `put` said so)."""
@@ -307,7 +337,11 @@ class BatchLoop(Service):
                     await asyncio.wait_for(self._full.wait(), self.linger)
                 except TimeoutError:
                     pass
+            await self._turn.acquire()  # the agent may be handling a lone event
             try:
+                if not self._waiting:  # nothing left to fold
+                    self._arrived.clear()
+                    continue
                 batch, self._waiting = self._waiting[:n], self._waiting[n:]
                 arrivals, self._arrivals = self._arrivals[:n], self._arrivals[n:]
                 if not self._waiting:
@@ -322,6 +356,8 @@ class BatchLoop(Service):
             except Exception as exc:
                 self._fail(exc)
                 return
+            finally:
+                self._turn.release()
 
     @Service.timer(0.05)
     async def _flush_when_due(self) -> None:
