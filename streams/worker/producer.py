@@ -97,7 +97,7 @@ class BatchProducer(Service):
                 n = counts.get(r.topic) or await self._count(r.topic)
                 part = partition_for(r.key or b"", n)
             groups[(r.topic, part)].append(r)
-        futures = []
+        futures: list[asyncio.Future[Any]] = []
         for (topic, part), recs in groups.items():
             batch = p.create_batch()
             for r in recs:
