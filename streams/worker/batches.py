@@ -123,6 +123,7 @@ def fold_batch(
 
     source = ((m, m.key, m.value) for m in msgs)
     breaker_on = config.tool_breaker is not None
+    decisions_topic = s.decisions_topic  # (a property that formats the name: once per batch)
     for f in fold(source, config, max_event_bytes=s.max_event_bytes, load=stored, fleet=fleet):
         msg = f.position
         if isinstance(f, SetAside):
@@ -140,7 +141,7 @@ def fold_batch(
             ended = (f.before, msg.offset) if f.after is None and f.before is not None else None
             runs.stage(f.key, msg.partition, f.after, ended)  # type: ignore[arg-type]  # keyed: a folded event has one
         for d, raw in zip(f.decisions, f.encoded, strict=True):
-            out.append(OutRecord(s.decisions_topic, d.gateway_id.encode(), raw))
+            out.append(OutRecord(decisions_topic, d.gateway_id.encode(), raw))
             if traced:
                 ids.append((d.event_id, msg.offset, msg.partition))
             k = (d.action, d.detector or "none")
