@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -36,3 +38,29 @@ def test_the_failures_topic_is_consumed_only_where_a_breaker_can_judge_it(
     assert "t.events" in topics
     assert ("t.failures" in topics) is failures
     assert ("breakers" in tables) is failures
+
+
+def test_the_agent_folds_a_lone_event_itself_only_when_nothing_waits_is_handled_or_travels(tmp_path: Path) -> None:
+    """BatchLoop.can_handle_now: the agent's shortcut for a lone event never overtakes an
+    event passed on before it, a batch being handled, or output not yet delivered."""
+    s = settings_mod.build({"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={})
+    loop = create_app(s, config=DetectionConfig({})).batches  # type: ignore[attr-defined]
+
+    async def check() -> None:
+        assert loop.can_handle_now()
+        loop.recovery.held.add(0)  # partition 0's states are loaded: its events are not held
+        event = SimpleNamespace(message=SimpleNamespace(partition=0, offset=7, key=b"r", value=b"{}"))
+        assert loop.put(event) is False
+        assert not loop.can_handle_now(), "an event passed on waits for the fold loop"
+        loop._waiting.clear()
+        async with loop._turn:  # the fold loop handles a batch
+            assert not loop.can_handle_now()
+        delivered = asyncio.get_running_loop().create_future()
+        loop._sent.append(delivered)
+        assert not loop.can_handle_now(), "the last batch's output is still travelling"
+        delivered.set_result(None)
+        assert loop.can_handle_now()
+        loop.failed = RuntimeError("output could not be published")  # (what _fail records; it also stops the app)
+        assert not loop.can_handle_now()
+
+    asyncio.run(check())
