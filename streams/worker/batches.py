@@ -251,14 +251,7 @@ class BatchLoop(Service):
         if not self.gate.admit(event, arrival):
             return
         async with self._turn:
-            self.handling = True
-            try:
-                await self._handle([event], [arrival] if arrival is not None else [])
-            except Exception as exc:
-                self._fail(exc)
-            finally:
-                self.handling = False
-            self.last_fold = time.monotonic()
+            await self._take_turn([event], [arrival] if arrival is not None else [])
 
     async def room(self) -> None:
         """Until the fold loop has taken a batch from a long queue (after `put` said so)."""
@@ -338,8 +331,7 @@ class BatchLoop(Service):
                     await asyncio.wait_for(self._full.wait(), self.linger)
                 except TimeoutError:
                     pass
-            await self._turn.acquire()  # the agent may be handling a lone event
-            try:
+            async with self._turn:  # the agent may be handling a lone event
                 if not self._waiting:  # nothing left to fold
                     self._arrived.clear()
                     continue
@@ -348,17 +340,22 @@ class BatchLoop(Service):
                 if not self._waiting:
                     self._arrived.clear()
                 self._room.set()
-                self.handling = True
-                try:
-                    await self._handle(batch, arrivals)
-                finally:
-                    self.handling = False
-                self.last_fold = time.monotonic()
-            except Exception as exc:
-                self._fail(exc)
-                return
-            finally:
-                self._turn.release()
+                if not await self._take_turn(batch, arrivals):
+                    return
+
+    async def _take_turn(self, batch: list[Any], arrivals: list[float]) -> bool:
+        """Handle one batch (the caller holds `_turn`). False: its output could not be
+        published, and the worker stops."""
+        self.handling = True
+        try:
+            await self._handle(batch, arrivals)
+        except Exception as exc:
+            self._fail(exc)
+            return False
+        finally:
+            self.handling = False
+        self.last_fold = time.monotonic()
+        return True
 
     @Service.timer(0.05)
     async def _flush_when_due(self) -> None:
