@@ -24,7 +24,6 @@ events, 495,150 decisions all held at once; 499 bytes before those four changes)
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import NamedTuple
 
 import msgspec
 
@@ -35,8 +34,12 @@ from .options import ALL_RUNS, Scope
 Key = tuple[str, int]  # (run_id, seq): an event_id
 
 
-class Msg(NamedTuple):
-    """A consumed record, as the audit reads it."""
+class Msg(msgspec.Struct, gc=False):
+    """A consumed record, as the audit reads it: what the audit's reader makes of each
+    record instead of aiokafka's ConsumerRecord (read.py), for an audit reads every
+    record of two topics. A struct of five fields is made in C; a ConsumerRecord of
+    eleven, with the steps that fill it, in Python: reading 1M events and 495,150
+    decisions took 1.17 s of CPU as these, 2.2 s as ConsumerRecords."""
 
     partition: int
     offset: int

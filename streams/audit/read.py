@@ -11,6 +11,44 @@ from aiokafka.errors import KafkaError
 from ..gateway import connection
 from ..gateway.errors import BrokerError, broker_error
 from ..gateway.settings import Settings
+from .join import Msg
+
+
+def _raw(data: bytes | None) -> bytes | None:
+    """The audit's consumers' key "deserializer": it marks them (see `_light_records`)."""
+    return data
+
+
+def _light_records() -> bool:
+    """Have the consumers marked by `_raw` hand over each record as a `Msg`.
+
+    aiokafka makes a ConsumerRecord of each record in `PartitionRecords._consumer_record`
+    (a private method of its fetcher, which builds its `PartitionRecords` by the module's
+    name). Its subclass installed here makes a Msg instead when the consumer's key
+    deserializer is `_raw`, and leaves every other consumer as it was. The audit reads
+    two whole topics: this halves the CPU time of reading them. Were aiokafka's fetcher
+    laid out otherwise, nothing is installed and the audit reads ConsumerRecords, which
+    have the same five fields (the audit's tests check that Msgs arrive)."""
+    try:
+        from aiokafka.consumer import fetcher
+    except ImportError:  # pragma: no cover
+        return False
+    base = getattr(fetcher, "PartitionRecords", None)
+    if base is None or not callable(getattr(base, "_consumer_record", None)):
+        return False
+    if getattr(base, "light_for_audit", False):
+        return True
+
+    class AuditRecords(base):  # type: ignore[misc, valid-type]
+        light_for_audit = True
+
+        def _consumer_record(self, tp: Any, record: Any) -> Any:
+            if self._key_deserializer is _raw:
+                return Msg(tp.partition, record.offset, record.timestamp, record.key, record.value)
+            return super()._consumer_record(tp, record)
+
+    fetcher.PartitionRecords = AuditRecords
+    return True
 
 
 class TopicRange:
@@ -42,7 +80,16 @@ class TopicRange:
         # anyway (an event that does not decode is counted as a dead letter, a decision
         # that does not decode as unreadable, one that differs as a mismatch). Reading
         # 1M events took 1.18-1.29 s without the check, 1.44-1.55 s with it.
-        consumer = connection.reader(s, max_partition_fetch_bytes=512 << 10, fetch_max_bytes=8 << 20, check_crcs=False)
+        #
+        # Records as Msgs, not ConsumerRecords (`_light_records`).
+        _light_records()
+        consumer = connection.reader(
+            s,
+            max_partition_fetch_bytes=512 << 10,
+            fetch_max_bytes=8 << 20,
+            check_crcs=False,
+            key_deserializer=_raw,
+        )
         await connection.start(consumer, s)
         self.consumer = consumer
         try:
@@ -119,7 +166,7 @@ class TopicRange:
             got = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=10000)
         except KafkaError as exc:
             raise broker_error(exc, self.settings) from None
-        out: list[Any] = []  # aiokafka's records: partition, offset, timestamp, key, value (as Msg)
+        out: list[Any] = []  # Msgs (or ConsumerRecords: the same five fields)
         for tp, records in got.items():
             p = tp.partition
             end = self.ends[p]

@@ -312,3 +312,51 @@ def test_an_audit_on_a_terminal_shows_its_bar_on_stderr_and_its_summary_on_stdou
     assert code == 0, shown
     assert json.loads(out)["matched"] == len(want)
     assert "auditing" in shown and "Traceback" not in shown
+
+
+def test_the_audit_reads_records_as_msgs_and_other_consumers_as_consumer_records(bootstrap, recorded):
+    """The audit's reader makes a Msg of each record (read.py's `_light_records`); a
+    consumer of the same process that is not the audit's still gets ConsumerRecords."""
+    import asyncio
+
+    from aiokafka import TopicPartition
+    from aiokafka.structs import ConsumerRecord
+
+    from streams.audit.join import Msg
+    from streams.audit.read import TopicRange
+    from streams.gateway import connection
+
+    s, evs, want, _ = recorded
+
+    async def read() -> tuple[list, list]:
+        r = TopicRange(s, s.events_topic)
+        await r.open(None, None)
+        got: list = []
+        try:
+            while not r.finished:
+                got += await r.chunk()
+        finally:
+            await r.close()
+        other = connection.reader(s)
+        await connection.start(other, s)
+        try:
+            await other._client.force_metadata_update()
+            tps = [TopicPartition(s.decisions_topic, p) for p in other.partitions_for_topic(s.decisions_topic) or ()]
+            other.assign(tps)
+            await connection.seek_to_start(other, tps)
+            plain = {}
+            for _ in range(10):
+                plain = await other.getmany(timeout_ms=1000, max_records=10)
+                if plain:
+                    break
+        finally:
+            await other.stop()
+        return got, [m for ms in plain.values() for m in ms]
+
+    got, plain = asyncio.run(read())
+    assert len(got) == len(evs) and all(type(m) is Msg for m in got)
+    assert sorted(json.loads(m.value)["run_id"] + f":{json.loads(m.value)['seq']}" for m in got) == sorted(
+        f"{e['run_id']}:{e['seq']}" for e in evs
+    )
+    assert all(m.key == json.loads(m.value)["run_id"].encode() and m.timestamp > 0 for m in got)
+    assert plain and all(type(m) is ConsumerRecord for m in plain)
