@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from multiprocessing import connection as mp_connection
 from multiprocessing.connection import Connection
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
@@ -36,6 +37,7 @@ from .whatif import CHANGES
 GC_THRESHOLD = 70_000  # allocations between young collections (Python's default: 700)
 AUTO_JOBS_FROM = 200_000  # events in the range from which --jobs defaults to one process per core
 CHUNK = 2000  # events folded between two chances for the consumers to fetch
+_TIME = attrgetter("timestamp")
 
 
 def _warn(path: str, warning: str) -> None:
@@ -100,13 +102,12 @@ async def _read(
         chunk = await events.chunk()
         if not chunk:
             continue
-        need = max(m.timestamp for m in chunk) + grace_ms
+        need = max(map(_TIME, chunk)) + grace_ms
         while not decisions.finished:
             h = decisions.horizon()
             if h is not None and h >= need:
                 break
-            for m in await decisions.chunk():
-                a.recorded(m)
+            a.recorded(await decisions.chunk())
         for i in range(0, len(chunk), CHUNK):
             a.events(chunk[i : i + CHUNK])
             await asyncio.sleep(0)  # the consumer fetches the next records meanwhile
@@ -115,8 +116,7 @@ async def _read(
             a.expire(h)
         progress(events.read)
     while not decisions.finished:
-        for m in await decisions.chunk():
-            a.recorded(m)
+        a.recorded(await decisions.chunk())
     a.finish()
 
 

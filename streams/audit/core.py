@@ -97,6 +97,11 @@ class Replayer:
         self.states: dict[str, RunState] = {}  # after each run's latest event (`Audit.events` keeps them)
         self.run_configs: dict[str, DetectionConfig] = {}  # open runs' last named config
         self.unknown_configs: Counter[str] = Counter()  # hashes recorded decisions named, not in the book
+        # The last event `_config_for` was asked about, and the recorded decision it
+        # found for it: the fold yields that event next, and its decision is then taken
+        # from the join without a second lookup (none at all when nothing was found).
+        self.found_for: Event | None = None
+        self.found: Recorded | None = None
 
     def fold(self, source: Iterator[tuple[Msg, bytes | None, bytes | None]]) -> Iterator[Folded | SetAside]:
         return fold(
@@ -113,6 +118,7 @@ class Replayer:
 
     def _config_for(self, ev: Event) -> DetectionConfig:
         rec = self.recorded((ev.run_id, ev.seq))
+        self.found_for, self.found = ev, rec  # `Audit.events` settles the event with it
         if rec is not None:
             h = rec.decision.config_hash
             cfg = self.named(h)
@@ -179,14 +185,16 @@ class Audit:
 
     # -- recorded decisions -------------------------------------------------------------
 
-    def recorded(self, m: Msg) -> None:
-        """A record of the decisions topic."""
-        rec = self.join.offer(m)
-        if rec is not None:  # counted as matched or mismatched, now recorded with another verdict
-            self.tally.recount_as_conflict(rec.status)
-            rec.status = "conflicting"
-            run_id, seq = rec.eid
-            self._diff("conflicting", f"{run_id}:{seq}", run_id, rec.decision, None, None)
+    def recorded(self, records: list[Msg]) -> None:
+        """Records of the decisions topic."""
+        offer = self.join.offer
+        for m in records:
+            rec = offer(m)
+            if rec is not None:  # counted as matched or mismatched, now recorded with another verdict
+                self.tally.recount_as_conflict(rec.status)
+                rec.status = "conflicting"
+                run_id, seq = rec.eid
+                self._diff("conflicting", f"{run_id}:{seq}", run_id, rec.decision, None, None)
 
     def expire(self, horizon_ms: int) -> None:
         """Events are folded up to `horizon_ms` of message time in every partition."""
@@ -205,12 +213,13 @@ class Audit:
         """Fold a chunk of events, each partition's in offset order, and settle each one:
         its run's states kept, its recorded decision taken from the join and counted
         with the replayed one (and the what-if one, from the what-if fold)."""
-        folded = self.replayer.fold(self._source(chunk))
+        replayer = self.replayer
+        folded = replayer.fold(self._source(chunk))
         what_if = self.what_if
         results = folded if what_if is None else what_if.fold(folded)
-        states, settle, tally, runs = self.replayer.states, self.join.settle, self.tally, self.open
+        states, settle, lookup, tally, runs = replayer.states, self.join.settle, self.join.lookup, self.tally, self.open
         low, high, gateways, timelines = self._low, self._high, self.scope.gateways, self.timelines
-        watching = self.shadow.watching
+        watching, shadow, count = self.shadow.watching, self.shadow, tally.count
         for x in results:
             f: Folded | SetAside = x if what_if is None else x.position
             m: Msg = f.position
@@ -235,14 +244,29 @@ class Audit:
                 tally.events += 1
                 if not run.in_range:
                     self._entered(run_id, run)
-            replayed = f.decisions[0] if f.decisions else None
-            encoded = f.encoded[0] if f.decisions else None
-            rec = settle((run_id, ev.seq), mt, replayed is not None)
+            decisions = f.decisions
+            replayed = decisions[0] if decisions else None
+            rec = replayer.found if replayer.found_for is ev else lookup((run_id, ev.seq))
+            settle(rec, run_id, ev.seq, mt, replayed is not None)
             if watching and inside and run_id in watching:
-                self.shadow.event(ev)  # after the run's first call that would have been stopped
+                shadow.event(ev)  # after the run's first call that would have been stopped
             status, changed = None, False
             if inside and not run.partial and (replayed is not None or rec is not None):
-                status, changed = self._compare(ev, mt, rec, replayed, encoded, wi)
+                # Counted: what the recorded and replayed decisions came to (equal: the
+                # same hash of their canonical encoding, read once).
+                if rec is not None:
+                    equal = replayed is not None and rec.whole == hash(f.encoded[0])
+                    rec.whole = 0  # a settled decision, held a while for late records, keeps none
+                    status = rec.status = count(True, replayed, rec.conflict, ev.ts if ev.ts is not None else mt, equal)
+                else:
+                    status = count(False, replayed, False, ev.ts if ev.ts is not None else mt, False)
+                if replayed is not None and (not replayed.enforced or replayed.detector == RUN_BUDGET):
+                    shadow.decision(ev, replayed)
+                if status != "matched":
+                    recorded = rec.decision if rec is not None else None
+                    self._diff(status, f"{run_id}:{ev.seq}", run_id, recorded, replayed, None)
+                if what_if is not None:
+                    changed = self._what_if(ev, rec, replayed, wi)
                 if self.signals is not None:
                     self.signals.lag(ev, rec.decision if rec is not None else None)
             if inside and timelines is not None:
@@ -290,37 +314,15 @@ class Audit:
         if run.partial:
             self.tally.partial_ids.add(run_id)
 
-    def _compare(
-        self,
-        ev: Event,
-        mt: int,
-        rec: Recorded | None,
-        replayed: Decision | None,
-        encoded: bytes | None,
-        what_if: Decision | None,
-    ) -> tuple[str, bool]:
-        """Count an event's recorded and replayed decisions (one at least; `encoded`: the
-        replayed one's bytes): what they came to, and whether the what-if decision changes
-        what was decided."""
-        recorded = rec.decision if rec is not None else None
-        ts = ev.ts if ev.ts is not None else mt
-        equal = rec is not None and encoded is not None and rec.whole == hash(encoded)
-        if rec is not None:
-            rec.whole = 0  # read once: a settled decision, held a while for late records, keeps none
-        status = self.tally.count(rec is not None, replayed, rec is not None and rec.conflict, ts, equal)
-        if rec is not None:
-            rec.status = status
-        if replayed is not None and (not replayed.enforced or replayed.detector == RUN_BUDGET):
-            self.shadow.decision(ev, replayed)
-        if status != "matched":
-            self._diff(status, f"{ev.run_id}:{ev.seq}", ev.run_id, recorded, replayed, None)
-        if self.what_if is None:
-            return status, False
-        decided = recorded if recorded is not None else replayed
+    def _what_if(self, ev: Event, rec: Recorded | None, replayed: Decision | None, what_if: Decision | None) -> bool:
+        """Whether the what-if decision changes what was decided (counted, and a diff
+        line for each change)."""
+        assert self.what_if is not None
+        decided = rec.decision if rec is not None else replayed
         found = self.what_if.compare(decided, what_if)
         if found:
             self._diff("what_if", f"{ev.run_id}:{ev.seq}", ev.run_id, decided, None, what_if, found)
-        return status, bool(found)
+        return bool(found)
 
     def _diff(self, *line: Any) -> None:
         """A line for `--diff`, if it is written: `diff_line`'s arguments."""

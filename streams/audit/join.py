@@ -179,18 +179,19 @@ class Join:
         first.conflict = True
         return first if eid in self.done else None  # already counted: a conflict instead
 
-    def settle(self, eid: Key, ms: int, decided: bool) -> Recorded | None:
-        """The event `eid` (run_id, seq) was folded at message time `ms` (`decided`: it yielded a
-        decision): its recorded decision leaves the join, and the id is remembered."""
-        rec = self.pending.pop(eid, None)
+    def settle(self, rec: Recorded | None, run_id: str, seq: int, ms: int, decided: bool) -> None:
+        """The event (run_id, seq) was folded at message time `ms` (`decided`: it yielded
+        a decision), and `rec` is what `lookup` found recorded for it: that leaves the
+        join, and the id is remembered."""
         if rec is not None:
+            del self.pending[rec.eid]
             rec.time = ms
             self.done[rec.eid] = rec  # (its own key: the event's is not kept alive)
             self.done_order.append(rec)
         elif decided:
+            eid = (run_id, seq)
             self.done[eid] = ms
             self.done_order.append((ms, eid))
-        return rec
 
     def expire(self, horizon_ms: int) -> list[Recorded]:
         """Events are folded up to `horizon_ms` of message time in every partition: the

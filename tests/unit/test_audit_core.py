@@ -64,8 +64,7 @@ def test_recorded_before_their_events_match_and_count_by_action():
     evs = run_events()
     ds = decided(evs)
     a = audit()
-    for m in msgs(ds, "gateway_id"):
-        a.recorded(m)
+    a.recorded(msgs(ds, "gateway_id"))
     a.events(msgs(evs, "run_id"))
     a.finish()
     s = a.summary(1.0)
@@ -78,12 +77,11 @@ def test_a_second_verdict_after_the_event_was_folded_turns_a_match_into_a_confli
     evs = run_events()
     ds = decided(evs)
     a = audit()
-    for m in msgs(ds, "gateway_id"):
-        a.recorded(m)
+    a.recorded(msgs(ds, "gateway_id"))
     a.events(msgs(evs, "run_id"))
     again = dict(ds[0], action="block", level="critical", detector="generic_repeat", count=9)
-    a.recorded(Msg(0, 99, ds[0]["ts"] + 2000, b"gw", json.dumps(again).encode()))
-    a.recorded(Msg(0, 100, ds[1]["ts"] + 2000, b"gw", json.dumps(ds[1]).encode()))  # the same again: a duplicate
+    a.recorded([Msg(0, 99, ds[0]["ts"] + 2000, b"gw", json.dumps(again).encode())])
+    a.recorded([Msg(0, 100, ds[1]["ts"] + 2000, b"gw", json.dumps(ds[1]).encode())])  # the same again: a duplicate
     a.finish()
     s = a.summary(1.0)
     assert (s["matched"], s["conflicting"], s["duplicates"]) == (len(ds) - 1, 1, 1)
@@ -94,7 +92,7 @@ def test_a_decision_whose_event_never_comes_is_unexpected_once_the_grace_has_pas
     evs = run_events()
     ghost = dict(decided(evs)[0], run_id="ghost", event_id="ghost:0")
     a = audit()
-    a.recorded(Msg(0, 0, ghost["ts"], b"gw", json.dumps(ghost).encode()))
+    a.recorded([Msg(0, 0, ghost["ts"], b"gw", json.dumps(ghost).encode())])
     a.expire(ghost["ts"] + 5_000)
     assert a.summary(1.0)["unexpected"] == 0  # still within the grace period
     a.expire(ghost["ts"] + 10_001)
@@ -114,8 +112,7 @@ def test_a_run_first_seen_less_than_an_idle_timeout_after_the_scan_start_is_part
     evs = run_events(t0=50_000)
     ds = decided(evs)
     a = Audit(ConfigBook(DetectionConfig(ON)), Window(from_ms=0, scan_start_ms=0, grace_ms=10_000))
-    for m in msgs(ds, "gateway_id"):
-        a.recorded(m)
+    a.recorded(msgs(ds, "gateway_id"))
     a.events(msgs(evs, "run_id"))
     a.finish()
     s = a.summary(1.0)
@@ -140,8 +137,7 @@ def _sharded(evs, ds, owned):
     """One shard: every decision offered, only the owned runs' events folded (as a
     shard reads only its partitions)."""
     a = audit(scope=Scope(owns=lambda run_id: run_id in owned), timelines=True)
-    for m in msgs(ds, "gateway_id"):
-        a.recorded(m)
+    a.recorded(msgs(ds, "gateway_id"))
     a.events(msgs([e for e in evs if e["run_id"] in owned], "run_id"))
     a.finish()
     return a
@@ -150,8 +146,7 @@ def _sharded(evs, ds, owned):
 def test_shards_that_own_disjoint_runs_add_up_to_the_whole_audit():
     evs, ds = _fleet()
     whole = audit(timelines=True)
-    for m in msgs(ds, "gateway_id"):
-        whole.recorded(m)
+    whole.recorded(msgs(ds, "gateway_id"))
     whole.events(msgs(evs, "run_id"))
     whole.finish()
     merged = Totals.empty()
@@ -173,8 +168,7 @@ def test_shards_that_own_disjoint_runs_add_up_to_the_whole_audit():
 def test_a_shard_counts_runs_whose_events_are_on_its_partitions_but_not_its_own():
     evs, ds = _fleet()
     a = audit(scope=Scope(owns=lambda run_id: run_id != "rb"))
-    for m in msgs(ds, "gateway_id"):
-        a.recorded(m)
+    a.recorded(msgs(ds, "gateway_id"))
     a.events(msgs(evs, "run_id"))  # rb's events too: they were not where its run_id hashes to
     a.finish()
     assert a.tally.misrouted == 1
@@ -194,8 +188,7 @@ def test_events_without_a_decision_are_replayed_under_the_config_their_run_was_l
     book = ConfigBook(DetectionConfig({"tools": {"loopDetection": {"enabled": False}}}))
     book.add(DetectionConfig(guarded), "pinned", None)
     a = Audit(book, Window(grace_ms=10_000), complete=lambda p: True)
-    for m in msgs(ds, "gateway_id"):
-        a.recorded(m)
+    a.recorded(msgs(ds, "gateway_id"))
     a.events(msgs(evs, "run_id"))
     a.finish()
     s = a.summary(1.0)
@@ -206,8 +199,7 @@ def test_decisions_under_an_unknown_config_are_counted_once_each():
     evs = run_events(n=4)
     ds = [dict(d, config_hash="f" * 64) for d in decided(evs)]
     a = audit()
-    for m in msgs(ds, "gateway_id"):
-        a.recorded(m)
+    a.recorded(msgs(ds, "gateway_id"))
     a.events(msgs(evs, "run_id"))
     a.finish()
     assert a.summary(1.0)["unknown_configs"] == {"f" * 64: len(ds)}
@@ -322,8 +314,7 @@ def test_budgets_and_held_out_runs_are_counted_as_an_offline_replay_counts_them(
     ds = decided(evs, config)
     a = audit()
     a.configs.add(DetectionConfig(config), "pinned", None)
-    for m in msgs(ds, "gateway_id"):
-        a.recorded(m)
+    a.recorded(msgs(ds, "gateway_id"))
     a.events(msgs(sorted(evs, key=lambda e: e["ts"]), "run_id"))
     a.finish()
     s = a.summary(1.0)

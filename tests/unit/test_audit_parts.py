@@ -12,7 +12,7 @@ import pytest
 
 from detectors import DetectionConfig, Folded, SetAside, decode_event, fold, replay
 from detectors.wire import Decision, Usage, decode_decision, encode
-from streams.audit.join import Join, Msg, Verdicts, whole
+from streams.audit.join import Join, Msg, Recorded, Verdicts, whole
 from streams.audit.options import AuditOptions, Scope, Window
 from streams.audit.shadow import Shadow, ShadowCounts, nearest_rank
 from streams.audit.tally import Tally
@@ -96,15 +96,23 @@ def held(d):
     return Verdicts().of(d), whole(d)
 
 
+def settle(j: Join, eid: tuple[str, int], ms: int) -> Recorded | None:
+    """The audit's step for a folded event that made a decision: what the join holds for
+    it is looked up (as the replay's config is chosen), then settled."""
+    rec = j.lookup(eid)
+    j.settle(rec, eid[0], eid[1], ms, decided=True)
+    return rec
+
+
 def test_a_recorded_decision_waits_by_event_id_until_its_event_is_settled():
     d = decision()
     j = Join(grace_ms=1000)
     assert j.offer(rec_msg(d, 5000)) is None
     got = j.lookup((d.run_id, d.seq))  # looked up, it stays
     assert (got.decision, got.whole) == held(d) and got.eid == (d.run_id, d.seq)
-    rec = j.settle((d.run_id, d.seq), 5001, decided=True)
+    rec = settle(j, (d.run_id, d.seq), 5001)
     assert rec is got and not j.pending
-    assert j.settle((d.run_id, d.seq), 5001, decided=True) is None  # taken once
+    assert settle(j, (d.run_id, d.seq), 5001) is None  # taken once
 
 
 def test_the_join_keeps_a_shared_verdict_and_a_hash_not_the_decision():
@@ -129,16 +137,16 @@ def test_a_second_record_is_a_duplicate_a_conflict_or_late():
     assert j.counts["duplicates"] == 1
     other = decision(action="block", level="critical", detector="generic_repeat", count=9)
     assert j.offer(rec_msg(other, 5002, 2)) is None  # not counted yet: a conflict, found when settled
-    rec = j.settle((d.run_id, d.seq), 5003, decided=True)
+    rec = settle(j, (d.run_id, d.seq), 5003)
     assert rec.conflict
     # Settled and counted, then recorded with another verdict: handed back to be counted again.
     d2 = decision(seq=2, event_id="r:2")
     j.offer(rec_msg(d2, 6000))
-    counted = j.settle(("r", 2), 6001, decided=True)
+    counted = settle(j, ("r", 2), 6001)
     again = j.offer(rec_msg(decision(seq=2, event_id="r:2", action="warn"), 6002))
     assert again is counted and again.conflict
     # An event folded with nothing recorded, its decision recorded after: late.
-    j.settle(("r", 4), 6003, decided=True)
+    settle(j, ("r", 4), 6003)
     assert j.offer(rec_msg(decision(seq=4, event_id="r:4"), 6004)) is None
     assert j.counts["late"] == 1 and ("r", 4) not in j.pending
 
@@ -152,7 +160,7 @@ def test_decisions_expire_a_grace_period_after_the_horizon_and_the_rest_at_the_e
     assert [r.eid for r in j.expire(2001)] == [("r", 0)]
     assert [r.eid for r in j.finish()] == [("r", 2)] and not j.pending
     # Folded ids are forgotten a second grace period later: a record then is new again.
-    j.settle(("r", 6), 10_000, decided=True)
+    settle(j, ("r", 6), 10_000)
     j.expire(11_500)
     assert ("r", 6) in j.done
     j.expire(12_001)
@@ -164,7 +172,7 @@ def test_a_settled_decision_expires_by_its_events_time_and_does_not_hold_up_an_o
     first, second = decision(seq=0, event_id="r:0"), decision(seq=2, event_id="r:2")
     j.offer(rec_msg(first, 1000))
     j.offer(rec_msg(second, 1500))
-    rec = j.settle(("r", 0), 9000, decided=True)  # its event came late: its time is now 9000
+    rec = settle(j, ("r", 0), 9000)  # its event came late: its time is now 9000
     assert rec.time == 9000
     # The settled one, first in order, does not keep the waiting one from expiring.
     assert [r.eid for r in j.expire(2600)] == [("r", 2)]
