@@ -135,18 +135,24 @@ def fold_batch(
             metrics.dead_letters.labels(exc.reason).inc()
             dead += 1
             continue
-        if f.event.ts is not None:
-            runs.saw(msg.partition, f.event.ts)
+        ts = f.event.ts
+        if ts is not None:
+            runs.saw(msg.partition, ts)
         if f.after is not f.before:
             ended = (f.before, msg.offset) if f.after is None and f.before is not None else None
             runs.stage(f.key, msg.partition, f.after, ended)  # type: ignore[arg-type]  # keyed: a folded event has one
-        for d, raw in zip(f.decisions, f.encoded, strict=True):
-            out.append(OutRecord(decisions_topic, d.gateway_id.encode(), raw))
-            if traced:
-                ids.append((d.event_id, msg.offset, msg.partition))
-            k = (d.action, d.detector or "none")
-            counts[k] = counts.get(k, 0) + 1
-        if breaker_on or f.decisions:
+        alert = False  # a decision the fleet's alerts may be about (fleet_out.outputs)
+        if f.decisions:  # (half the events decide nothing: no loop for them)
+            for d, raw in zip(f.decisions, f.encoded, strict=True):
+                out.append(OutRecord(decisions_topic, d.gateway_id.encode(), raw))
+                if traced:
+                    ids.append((d.event_id, msg.offset, msg.partition))
+                action = d.action
+                k = (action, d.detector or "none")
+                counts[k] = counts.get(k, 0) + 1
+                if action != "allow" or d.shadow_action is not None:
+                    alert = True
+        if breaker_on or alert:
             fleet_out.outputs(f, s, breaker_on, out)
     last = {m.partition: m.offset for m in msgs}  # each partition's last offset in the batch
     runs.folded(last)

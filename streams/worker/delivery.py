@@ -240,12 +240,15 @@ class Holes:
             self.next[partition] = start
 
     def check(self, partition: int, offset: int) -> int | None:
-        expected = self.next.get(partition)
-        self.next[partition] = offset + 1 if expected is None else max(expected, offset + 1)
-        if expected is None or offset <= expected:
-            return None  # in order, or read again (after a seek)
-        self.found += 1
-        return expected
+        nxt = self.next
+        expected = nxt.get(partition)
+        if expected is None or offset >= expected:  # (once per event: no max() call)
+            nxt[partition] = offset + 1
+            if expected is None or offset == expected:
+                return None  # in order
+            self.found += 1
+            return expected
+        return None  # read again (after a seek): the next expected stays
 
 
 class GroupStarts:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
+import msgspec
 from aiokafka import AIOKafkaProducer
 from mode import Service
 
@@ -26,8 +27,10 @@ from ..gateway.partitioner import partition_for
 BATCH_BYTES = 512 * 1024
 
 
-class OutRecord(NamedTuple):
-    """A record to produce (named apart from the aiokafka and Faust records consumed)."""
+class OutRecord(msgspec.Struct, gc=False):
+    """A record to produce (named apart from the aiokafka and Faust records consumed).
+    A struct, made in C: the worker makes one per decision (a NamedTuple costs four
+    times as much to make)."""
 
     topic: str
     key: bytes | None
