@@ -141,7 +141,7 @@ def fold_batch(
         if f.after is not f.before:
             ended = (f.before, msg.offset) if f.after is None and f.before is not None else None
             runs.stage(f.key, msg.partition, f.after, ended)  # type: ignore[arg-type]  # keyed: a folded event has one
-        alert = False  # a decision the fleet's alerts may be about (fleet_out.outputs)
+        alert = False  # a decision the fleet's alerts may be about: only then is `outputs` asked
         if f.decisions:  # (half the events decide nothing: no loop for them)
             for d, raw in zip(f.decisions, f.encoded, strict=True):
                 out.append(OutRecord(decisions_topic, d.gateway_id.encode(), raw))
@@ -150,7 +150,7 @@ def fold_batch(
                 action = d.action
                 k = (action, d.detector or "none")
                 counts[k] = counts.get(k, 0) + 1
-                if action != "allow" or d.shadow_action is not None:
+                if not alert and fleet_out.may_alert(d):
                     alert = True
         if breaker_on or alert:
             fleet_out.outputs(f, s, breaker_on, out)

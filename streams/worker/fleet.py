@@ -84,6 +84,11 @@ def _decision_alert(d: Decision, first_abort: bool) -> bytes | None:
     return alert(kind, d.ts, d.run_id, d.message or f"{action} by {d.detector}", **fields)
 
 
+def may_alert(d: Decision) -> bool:
+    """Whether a decision can be the subject of an alert: anything but a plain allow."""
+    return d.action != "allow" or d.shadow_action is not None
+
+
 def outputs(f: Folded, settings: Settings, breaker_on: bool, out: list[OutRecord]) -> None:
     """The fleet's records from one folded event, appended to `out`: its failure (to the
     failures topic, while the breaker is on) and its alerts."""
@@ -95,7 +100,7 @@ def outputs(f: Folded, settings: Settings, breaker_on: bool, out: list[OutRecord
     if f.decisions:
         was_aborted = f.before is not None and f.before.aborted
         for d in f.decisions:
-            if d.action == "allow" and d.shadow_action is None:
+            if not may_alert(d):
                 continue
             rec = _decision_alert(d, not was_aborted)
             if rec is not None:
