@@ -19,12 +19,13 @@ worker's).
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from operator import attrgetter
 from typing import Any
 
-from detectors import DetectionConfig, Folded, RunState, SetAside, fold
+from detectors import DetectionConfig, Folded, SetAside, fold
 from detectors.policy import RUN_BUDGET
 from detectors.wire import Decision, Event
 
@@ -76,7 +77,11 @@ _VALUE = attrgetter("value")
 class Replayer:
     """The audit's fold: each event replayed under the config its recorded decision
     names (a known one), else under the one its run's last such decision named, else
-    the current config; the runs' states between chunks.
+    the current config.
+
+    One fold runs over every chunk of the audit, so it keeps the runs' states itself:
+    `feed` gives it a chunk's messages, and `results` yields one result per message
+    fed (it is never asked for more, so it never finds its source empty).
 
     The recorded decision is looked up once per event, in `_config_for`, right before
     the fold applies the event: it is where whatever else a call was judged with joins
@@ -91,10 +96,7 @@ class Replayer:
     ) -> None:
         self.configs = configs
         self.signals = signals  # the fleet topic's records, when there are any (fleet.py)
-        self.recorded = join.lookup
-        self.named = configs.by_hash.get  # a config by the hash a decision names
-        self.max_event_bytes = max_event_bytes
-        self.states: dict[str, RunState] = {}  # after each run's latest event (`Audit.events` keeps them)
+        self.pending = join.pending  # recorded decisions by run_id, then seq
         self.run_configs: dict[str, DetectionConfig] = {}  # open runs' last named config
         self.unknown_configs: Counter[str] = Counter()  # hashes recorded decisions named, not in the book
         # The last event `_config_for` was asked about, and the recorded decision it
@@ -102,39 +104,36 @@ class Replayer:
         # from the join without a second lookup (none at all when nothing was found).
         self.found_for: Event | None = None
         self.found: Recorded | None = None
-
-    def fold(self, source: Iterator[tuple[Msg, bytes | None, bytes | None]]) -> Iterator[Folded | SetAside]:
-        return fold(
-            source,
-            self.configs.current,
-            max_event_bytes=self.max_event_bytes,
-            load=self._load,
+        self._fed: deque[tuple[Msg, bytes | None, bytes | None]] = deque()
+        self.results: Iterator[Folded | SetAside] = fold(
+            iter(self._fed.popleft, None),  # (never asked past its end: IndexError if it were)
+            configs.current,
+            max_event_bytes=max_event_bytes,
             config_for=self._config_for,
-            fleet_for=self.signals.view_for if self.signals is not None else None,
+            fleet_for=signals.view_for if signals is not None else None,
         )
 
-    def _load(self, run_id: str, position: Any) -> RunState | None:
-        return self.states.get(run_id)
+    def feed(self, source: Iterable[tuple[Msg, bytes | None, bytes | None]]) -> int:
+        """Messages for the fold, (message, key, value) each: how many `results` owes."""
+        fed = self._fed
+        fed.extend(source)
+        return len(fed)
 
     def _config_for(self, ev: Event) -> DetectionConfig:
-        rec = self.recorded((ev.run_id, ev.seq))
+        run_id = ev.run_id
+        p = self.pending.get(run_id)  # (`Join.find`, without a call)
+        rec = p.get(ev.seq) if p is not None else None
         self.found_for, self.found = ev, rec  # `Audit.events` settles the event with it
         if rec is not None:
-            h = rec.decision.config_hash
-            cfg = self.named(h)
+            cfg: DetectionConfig | None = rec.config
             if cfg is not None:
-                self.run_configs[ev.run_id] = cfg
+                self.run_configs[run_id] = cfg
                 return cfg
-            self.unknown_configs[h] += 1
-        return self.run_configs.get(ev.run_id, self.configs.current)
+            self.unknown_configs[rec.decision.config_hash] += 1
+        return self.run_configs.get(run_id, self.configs.current)
 
     def config_of(self, run_id: str) -> DetectionConfig:
         return self.run_configs.get(run_id, self.configs.current)
-
-    def drop(self, run_id: str) -> None:
-        """The run ended (its state after its latest event is None)."""
-        self.states.pop(run_id, None)
-        self.run_configs.pop(run_id, None)
 
 
 class _Run:
@@ -172,11 +171,14 @@ class Audit:
         self.scope = scope
         self.complete = complete
         self.diff = diff
-        self.join = Join(window.grace_ms, scope)
-        self.signals = Signals(fleet, self.join.lookup) if fleet is not None and fleet.records else None
+        self.join = Join(window.grace_ms, scope, configs.by_hash.get)
+        self.signals = Signals(fleet, self.join.find) if fleet is not None and fleet.records else None
         self.replayer = Replayer(configs, self.join, max_event_bytes, self.signals)
         self.tally = Tally()
         self.what_if = WhatIf(what_if) if what_if is not None else None
+        # One result per event fed to the replayer: its fold's, or the what-if fold's
+        # over those (each carrying the first fold's result as its position).
+        self._results = self.replayer.results if self.what_if is None else self.what_if.fold(self.replayer.results)
         self.timelines = Timelines(what_if is not None) if timelines else None
         self.shadow = Shadow(configs.get)
         self.open: dict[str, _Run] = {}
@@ -211,15 +213,19 @@ class Audit:
 
     def events(self, chunk: list[Msg]) -> None:
         """Fold a chunk of events, each partition's in offset order, and settle each one:
-        its run's states kept, its recorded decision taken from the join and counted
-        with the replayed one (and the what-if one, from the what-if fold)."""
+        its recorded decision taken from the join and compared with the replayed one
+        (and the what-if one, from the what-if fold). The pairs are counted at the end
+        of the chunk, in bulk (`Tally.add`)."""
         replayer = self.replayer
-        folded = replayer.fold(self._source(chunk))
-        what_if = self.what_if
-        results = folded if what_if is None else what_if.fold(folded)
-        states, settle, lookup, tally, runs = replayer.states, self.join.settle, self.join.lookup, self.tally, self.open
+        results = islice(self._results, replayer.feed(self._source(chunk)))
+        what_if, signals = self.what_if, self.signals
+        settle, find, tally, runs = self.join.settle, self.join.find, self.tally, self.open
+        run_configs = replayer.run_configs
         low, high, gateways, timelines = self._low, self._high, self.scope.gateways, self.timelines
-        watching, shadow, count = self.shadow.watching, self.shadow, tally.count
+        watching, shadow = self.shadow.watching, self.shadow
+        statuses: list[str] = []  # what each pair counted came to
+        counted: list[Decision] = []  # the replayed decisions among them
+        inside_n = 0  # events in the range
         for x in results:
             f: Folded | SetAside = x if what_if is None else x.position
             m: Msg = f.position
@@ -232,47 +238,59 @@ class Audit:
             ev = f.event
             run_id = ev.run_id
             after = f.after
-            if after is not None:
-                states[run_id] = after
-            else:
-                self.replayer.drop(run_id)
-            wi = what_if.keep(run_id, x) if what_if is not None else None
+            if after is None:  # the run ended: its config goes (the fold drops its state)
+                run_configs.pop(run_id, None)
+            wi = what_if.decision(x) if what_if is not None else None
             if gateways and ev.gateway_id not in gateways:
                 continue
             run = runs.get(run_id) or self._start(ev, m)
-            if inside:
-                tally.events += 1
-                if not run.in_range:
-                    self._entered(run_id, run)
             decisions = f.decisions
             replayed = decisions[0] if decisions else None
-            rec = replayer.found if replayer.found_for is ev else lookup((run_id, ev.seq))
+            rec = replayer.found if replayer.found_for is ev else find(run_id, ev.seq)
             settle(rec, run_id, ev.seq, mt, replayed is not None)
-            if watching and inside and run_id in watching:
-                shadow.event(ev)  # after the run's first call that would have been stopped
             status, changed = None, False
-            if inside and not run.partial and (replayed is not None or rec is not None):
-                # Counted: what the recorded and replayed decisions came to (equal: the
-                # same hash of their canonical encoding, read once).
-                if rec is not None:
-                    equal = replayed is not None and rec.whole == hash(f.encoded[0])
-                    rec.whole = 0  # a settled decision, held a while for late records, keeps none
-                    status = rec.status = count(True, replayed, rec.conflict, ev.ts if ev.ts is not None else mt, equal)
-                else:
-                    status = count(False, replayed, False, ev.ts if ev.ts is not None else mt, False)
-                if replayed is not None and (not replayed.enforced or replayed.detector == RUN_BUDGET):
-                    shadow.decision(ev, replayed)
-                if status != "matched":
-                    recorded = rec.decision if rec is not None else None
-                    self._diff(status, f"{run_id}:{ev.seq}", run_id, recorded, replayed, None)
-                if what_if is not None:
-                    changed = self._what_if(ev, rec, replayed, wi)
-                if self.signals is not None:
-                    self.signals.lag(ev, rec.decision if rec is not None else None)
-            if inside and timelines is not None:
-                timelines.add(ev, status, rec.decision if rec is not None else None, replayed, wi, changed)
+            if inside:
+                inside_n += 1
+                if not run.in_range:
+                    self._entered(run_id, run)
+                if watching and run_id in watching:
+                    shadow.event(ev)  # after the run's first call that would have been stopped
+                if not run.partial and (replayed is not None or rec is not None):
+                    # Counted: what the recorded and replayed decisions came to (equal: the
+                    # same hash of their canonical encoding, read once).
+                    if rec is None:
+                        status = "missing"
+                    else:
+                        if rec.conflict:
+                            status = "conflicting"
+                        elif replayed is None:
+                            status = "unexpected"
+                        elif rec.whole == hash(f.encoded[0]):
+                            status = "matched"
+                        else:
+                            status = "mismatched"
+                        rec.whole = 0  # a settled decision, held a while for late records, keeps none
+                        rec.status = status
+                    statuses.append(status)
+                    if replayed is not None:
+                        counted.append(replayed)
+                        if replayed.action != "allow":
+                            tally.flagged(replayed, ev.ts if ev.ts is not None else mt)
+                        if not replayed.enforced or replayed.detector == RUN_BUDGET:
+                            shadow.decision(ev, replayed)
+                    if status != "matched":
+                        recorded = rec.decision if rec is not None else None
+                        self._diff(status, f"{run_id}:{ev.seq}", run_id, recorded, replayed, None)
+                    if what_if is not None:
+                        changed = self._what_if(ev, rec, replayed, wi)
+                    if signals is not None:
+                        signals.lag(ev, rec.decision if rec is not None else None)
+                if timelines is not None:
+                    timelines.add(ev, status, rec.decision if rec is not None else None, replayed, wi, changed)
             if after is None:
                 self._ended(run_id)
+        tally.events += inside_n
+        tally.add(statuses, counted)
 
     def _source(self, chunk: list[Msg]) -> Iterator[tuple[Msg, bytes | None, bytes | None]]:
         """(message, key, value) of each event of the chunk, of the chosen runs only."""

@@ -69,14 +69,14 @@ class Signals:
     def __init__(self, ledger: FleetLedger, recorded: Any) -> None:
         self.records = ledger.records
         self.full = ledger.view
-        self.recorded = recorded  # (run_id, seq) -> a Recorded, or None
+        self.recorded = recorded  # (run_id, seq) -> a Recorded, or None (`Join.find`)
         self.counts = FleetCounts()
         self._views: dict[str, FleetView] = {}
 
     def view_for(self, ev: Event) -> FleetView | None:
         if type(ev) is not ToolCall:
             return None
-        rec = self.recorded((ev.run_id, ev.seq))
+        rec = self.recorded(ev.run_id, ev.seq)
         sig = rec.decision.fleet_signal if rec is not None else None
         if sig is None:
             return None

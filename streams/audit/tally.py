@@ -13,11 +13,13 @@ disjoint runs add up (`merge`) to the tally of the whole.
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 from typing import Any
 
 from detectors.wire import Decision
 
 ACTIONS = ("allow", "warn", "block", "abort")
+_COMBO = attrgetter("agent_id", "tool_name", "action")  # a replayed decision's key in `combos`
 PROBLEMS = ("mismatched", "missing", "unexpected", "conflicting")
 
 
@@ -33,35 +35,23 @@ class Tally:
         self.partial_ids: set[str] = set()  # runs whose start the look-back did not reach
         self.misrouted = 0  # runs whose events lie on a partition their run_id does not hash to
 
-    def count(self, recorded: bool, replayed: Decision | None, conflict: bool, ts: int, equal: bool) -> str:
-        """An event in the range, of a run whose start was found, with a recorded
-        decision (`recorded`) or a replayed one (or both; `conflict`: recorded twice, with
-        two verdicts; `equal`: the two are the same decision), `ts` its time (ms): count
-        the replayed decision, and what the two came to."""
+    def add(self, statuses: list[str], replayed: list[Decision]) -> None:
+        """What the compared pairs of a chunk of events came to, each a status (the pairs
+        of runs whose start was found, in the range), and the replayed decisions among
+        them, counted by agent, tool and action (those not allowed are also counted one
+        by one, `flagged`). In bulk: an audit counts a pair for every decision."""
         c = self.c
-        if replayed is not None:
-            action = replayed.action
-            k = (replayed.agent_id, replayed.tool_name, action)  # by action, agent and tool at the end
-            combos = self.combos
-            combos[k] = combos.get(k, 0) + 1
-            if action != "allow":
-                if replayed.detector:
-                    self.by_detector[replayed.detector] += 1
-                self.per_minute.setdefault(ts // 60000, Counter())[action] += 1
-        if recorded:
-            c["decisions_recorded"] += 1
-        if not recorded:
-            status = "missing"
-        elif conflict:
-            status = "conflicting"
-        elif replayed is None:
-            status = "unexpected"
-        elif equal:
-            status = "matched"
-        else:
-            status = "mismatched"
-        c[status] += 1
-        return status
+        c.update(statuses)
+        c["decisions_recorded"] += len(statuses) - statuses.count("missing")
+        combos = self.combos
+        for k, n in Counter(map(_COMBO, replayed)).items():
+            combos[k] = combos.get(k, 0) + n
+
+    def flagged(self, d: Decision, ts: int) -> None:
+        """A replayed decision not allowed, at `ts` (ms): by detector and per minute."""
+        if d.detector:
+            self.by_detector[d.detector] += 1
+        self.per_minute.setdefault(ts // 60000, Counter())[d.action] += 1
 
     def unexpected(self) -> None:
         """A recorded decision in the range whose event never came."""

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from detectors import DetectionConfig, Folded, RunState, SetAside, fold
+from detectors import DetectionConfig, Folded, SetAside, fold
 from detectors.wire import Decision
 
 from .join import Verdict
@@ -54,31 +54,22 @@ class WhatIfCounts:
 
 
 class WhatIf:
-    """The second fold's run states, and its counts."""
+    """The second fold (it keeps its runs' states), and its counts."""
 
     def __init__(self, config: DetectionConfig) -> None:
         self.config = config
-        self.states: dict[str, RunState] = {}
         self.counts = WhatIfCounts()
 
     def fold(self, folded: Iterable[Folded | SetAside]) -> Iterator[Folded | SetAside]:
         """Fold again what the first fold folded; each result's position is the first
         fold's result for the same message (a message it set aside is set aside here too)."""
         source = ((f, None, f.event if type(f) is Folded else b"") for f in folded)
-        return fold(source, self.config, keyed=False, load=self._load)
+        return fold(source, self.config, keyed=False)
 
-    def _load(self, run_id: str, position: Any) -> RunState | None:
-        return self.states.get(run_id)
-
-    def keep(self, run_id: str, g: Folded | SetAside) -> Decision | None:
-        """Keep the run's state after `g`; its decision, if any."""
-        if type(g) is not Folded:
-            return None
-        if g.after is None:
-            self.states.pop(run_id, None)
-        else:
-            self.states[run_id] = g.after
-        return g.decisions[0] if g.decisions else None
+    @staticmethod
+    def decision(g: Folded | SetAside) -> Decision | None:
+        """The decision of a result of this fold, if any."""
+        return g.decisions[0] if type(g) is Folded and g.decisions else None
 
     def compare(self, decided: Decision | Verdict | None, what_if: Decision | None) -> list[str]:
         """Count what changes from what was decided to the what-if decision."""

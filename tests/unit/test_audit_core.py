@@ -8,6 +8,7 @@ from collections import Counter
 from detectors import DetectionConfig, decode_event, encode, replay
 from detectors.policy import held_out
 from streams.audit.core import Audit, ConfigBook, Msg
+from streams.audit.join import Join
 from streams.audit.options import Scope, Window
 from streams.audit.report import Totals, report, summary
 from streams.audit.timelines import MAX_RUNS
@@ -71,6 +72,41 @@ def test_recorded_before_their_events_match_and_count_by_action():
     assert s["matched"] == s["decisions_recorded"] == s["decisions_replayed"] == len(ds) == 8
     assert s["by_action"]["block"] == sum(d["action"] == "block" for d in ds) > 0
     assert a.clean()
+
+
+def test_one_fold_runs_through_every_chunk_so_runs_go_on_from_chunk_to_chunk():
+    evs = run_events("r1") + run_events("r2", t0=1_000_100)
+    evs.sort(key=lambda e: e["ts"])
+    lower = DetectionConfig({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2}}})
+    summaries = []
+    for size in (len(evs), 1, 3):
+        a = audit(what_if=lower)
+        a.recorded(msgs(decided(run_events("r1")) + decided(run_events("r2", t0=1_000_100)), "gateway_id"))
+        events = msgs(evs, "run_id")
+        for i in range(0, len(events), size):
+            a.events(events[i : i + size])
+        a.finish()
+        summaries.append(a.summary(1.0))
+    whole, *chunked = summaries
+    assert whole["matched"] == len(evs) // 2 and whole["by_action"]["block"] > 0  # the runs' repeats were seen
+    assert whole["what_if"]["newly_blocked"] + whole["what_if"]["newly_warned"] > 0
+    assert all(c == whole for c in chunked)
+
+
+def test_a_recorded_decision_keeps_the_config_its_verdict_names_looked_up_once_per_verdict():
+    asked = []
+
+    def named(h):
+        asked.append(h)
+        return f"config {h}"
+
+    j = Join(10_000, named=named)
+    ds = decided(run_events(n=4))
+    for i, d in enumerate(ds):
+        j.offer(Msg(0, i, d["ts"], b"gw", json.dumps(d).encode()))
+    held = [j.find("r", d["seq"]) for d in ds]
+    assert [r.config for r in held] == [f"config {d['config_hash']}" for d in ds]
+    assert len(asked) == len({(d["action"], d["count"], d["message"]) for d in ds}) < len(ds)  # once per verdict
 
 
 def test_a_second_verdict_after_the_event_was_folded_turns_a_match_into_a_conflict():

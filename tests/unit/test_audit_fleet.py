@@ -55,7 +55,7 @@ def signals(recorded: dict) -> Signals:
     ledger = FleetLedger()
     for rec in (BREAKER, ORDER):
         ledger.add(rec.id.encode(), encode_fleet_record(rec), (), "test")
-    return Signals(ledger, recorded.get)
+    return Signals(ledger, lambda run_id, seq: recorded.get((run_id, seq)))
 
 
 def test_each_call_is_replayed_with_the_signal_its_decision_names_only():
