@@ -22,30 +22,58 @@ def _raw(data: bytes | None) -> bytes | None:
 def _light_records() -> bool:
     """Have the consumers marked by `_raw` hand over each record as a `Msg`.
 
-    aiokafka makes a ConsumerRecord of each record in `PartitionRecords._consumer_record`
-    (a private method of its fetcher, which builds its `PartitionRecords` by the module's
-    name). Its subclass installed here makes a Msg instead when the consumer's key
-    deserializer is `_raw`, and leaves every other consumer as it was. The audit reads
-    two whole topics: this halves the CPU time of reading them. Were aiokafka's fetcher
-    laid out otherwise, nothing is installed and the audit reads ConsumerRecords, which
-    have the same five fields (the audit's tests check that Msgs arrive)."""
+    aiokafka's fetcher unpacks the fetched record batches in `PartitionRecords` (a
+    private class it builds by the module's name), and makes a ConsumerRecord of each
+    record, through three Python calls a record. Its subclass installed here, for a
+    consumer whose key deserializer is `_raw` (and that checks no CRCs and reads
+    uncommitted records, as the audit's do), unpacks the batches itself into a Msg a
+    record, and is iterated as that generator. Every other consumer is left as it was.
+    The audit reads two whole topics: reading 1M events and 495,150 decisions took 2.2 s
+    of CPU as ConsumerRecords; as Msgs, 1.93-2.0 s made one by one by a subclass's
+    `_consumer_record` and 1.75-1.82 s unpacked here (side by side, on a slower machine).
+    Were aiokafka's fetcher laid out otherwise, nothing is installed and the audit reads
+    ConsumerRecords, which have the same five fields (the audit's tests check that Msgs
+    arrive)."""
     try:
         from aiokafka.consumer import fetcher
     except ImportError:  # pragma: no cover
         return False
     base = getattr(fetcher, "PartitionRecords", None)
-    if base is None or not callable(getattr(base, "_consumer_record", None)):
+    if base is None or not callable(getattr(base, "_unpack_records", None)):
         return False
     if getattr(base, "light_for_audit", False):
         return True
 
+    committed = getattr(fetcher, "READ_COMMITTED", 1)
+
     class AuditRecords(base):  # type: ignore[misc, valid-type]
         light_for_audit = True
+        next_fetch_offset: int  # (the base class's)
 
-        def _consumer_record(self, tp: Any, record: Any) -> Any:
-            if self._key_deserializer is _raw:
-                return Msg(tp.partition, record.offset, record.timestamp, record.key, record.value)
-            return super()._consumer_record(tp, record)
+        def _light(self) -> bool:
+            return self._key_deserializer is _raw and not self._check_crcs and self._isolation_level != committed
+
+        def __iter__(self) -> Any:
+            # The records' generator itself, not this object: no Python `__next__`
+            # between a fetch result's `getall` and each record.
+            it = self._records_iterator if self._light() else None
+            return it if it is not None else self
+
+        def _unpack_records(self) -> Any:
+            if not self._light():
+                yield from super()._unpack_records()
+                return
+            part, records = self._tp.partition, self._records
+            while records.has_next():
+                batch = records.next_batch()
+                if not batch.is_control_batch:  # (a transaction's marker: no record)
+                    first = self.next_fetch_offset
+                    for r in batch:
+                        offset = r.offset
+                        if offset >= first:  # (below: before the offset fetched from)
+                            self.next_fetch_offset = offset + 1
+                            yield Msg(part, offset, r.timestamp, r.key, r.value)
+                self.next_fetch_offset = batch.next_offset
 
     fetcher.PartitionRecords = AuditRecords
     return True

@@ -314,6 +314,51 @@ def test_an_audit_on_a_terminal_shows_its_bar_on_stderr_and_its_summary_on_stdou
     assert "auditing" in shown and "Traceback" not in shown
 
 
+async def drain(s, start_ms: int | None, partitions: list[int] | None = None) -> list:
+    """Every record of the events topic from `start_ms` on, as the audit reads them."""
+    from streams.audit.read import TopicRange
+
+    r = TopicRange(s, s.events_topic)
+    await r.open(start_ms, None, partitions)
+    got: list = []
+    try:
+        while not r.finished:
+            got += await r.chunk()
+    finally:
+        await r.close()
+    return got
+
+
+def test_the_audit_reads_from_a_record_inside_a_fetched_batch_leaving_out_those_before_it(bootstrap):
+    """The broker hands over a whole record batch, from its first record: the reader
+    leaves out those before the offset it reads from (read.py's own unpacking)."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    s = setup_topics(bootstrap, new_prefix(), partitions=1)
+    t0 = 1_780_000_000_000
+
+    async def write() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await p.start()
+        try:
+            for first in (0, 10):  # two batches of ten records
+                batch = p.create_batch()
+                for i in range(first, first + 10):
+                    assert batch.append(key=b"r", value=b"v%d" % i, timestamp=t0 + i) is not None
+                await (await p.send_batch(batch, s.events_topic, partition=0))
+        finally:
+            await p.stop()
+
+    asyncio.run(write())
+    every = asyncio.run(drain(s, None))
+    assert [(m.offset, m.timestamp, m.value) for m in every] == [(i, t0 + i, b"v%d" % i) for i in range(20)]
+    for start in (3, 10, 17):
+        got = asyncio.run(drain(s, t0 + start))
+        assert [m.offset for m in got] == list(range(start, 20)), start
+
+
 def test_the_audit_reads_records_as_msgs_and_other_consumers_as_consumer_records(bootstrap, recorded):
     """The audit's reader makes a Msg of each record (read.py's `_light_records`); a
     consumer of the same process that is not the audit's still gets ConsumerRecords."""
@@ -323,20 +368,12 @@ def test_the_audit_reads_records_as_msgs_and_other_consumers_as_consumer_records
     from aiokafka.structs import ConsumerRecord
 
     from streams.audit.join import Msg
-    from streams.audit.read import TopicRange
     from streams.gateway import connection
 
     s, evs, want, _ = recorded
 
     async def read() -> tuple[list, list]:
-        r = TopicRange(s, s.events_topic)
-        await r.open(None, None)
-        got: list = []
-        try:
-            while not r.finished:
-                got += await r.chunk()
-        finally:
-            await r.close()
+        got = await drain(s, None)
         other = connection.reader(s)
         await connection.start(other, s)
         try:
@@ -355,6 +392,8 @@ def test_the_audit_reads_records_as_msgs_and_other_consumers_as_consumer_records
 
     got, plain = asyncio.run(read())
     assert len(got) == len(evs) and all(type(m) is Msg for m in got)
+    for p in {m.partition for m in got}:  # each partition's records once, in offset order
+        assert [m.offset for m in got if m.partition == p] == list(range(sum(m.partition == p for m in got)))
     assert sorted(json.loads(m.value)["run_id"] + f":{json.loads(m.value)['seq']}" for m in got) == sorted(
         f"{e['run_id']}:{e['seq']}" for e in evs
     )
