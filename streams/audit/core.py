@@ -247,7 +247,8 @@ class Audit:
             decisions = f.decisions
             replayed = decisions[0] if decisions else None
             rec = replayer.found if replayer.found_for is ev else find(run_id, ev.seq)
-            settle(rec, run_id, ev.seq, mt, replayed is not None)
+            if rec is not None or replayed is not None:
+                settle(rec, run_id, ev.seq, mt, replayed is not None)
             status, changed = None, False
             if inside:
                 inside_n += 1
