@@ -191,6 +191,8 @@ class Join:
                 configs = self._configs
                 cfg = configs.get(v, configs)
                 if cfg is configs:
+                    if len(configs) >= self.verdicts.limit:
+                        configs.clear()  # (bounded as the verdicts are)
                     cfg = configs[v] = self.named(v.config_hash) if self.named is not None else None
                 rec = Recorded(run_id, seq, v, whole(d), m.timestamp, cfg)
                 if p is None:

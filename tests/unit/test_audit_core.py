@@ -107,6 +107,12 @@ def test_a_recorded_decision_keeps_the_config_its_verdict_names_looked_up_once_p
     held = [j.find("r", d["seq"]) for d in ds]
     assert [r.config for r in held] == [f"config {d['config_hash']}" for d in ds]
     assert len(asked) == len({(d["action"], d["count"], d["message"]) for d in ds}) < len(ds)  # once per verdict
+    small = Join(10_000, named=named)
+    small.verdicts.limit = 2  # the configs kept by verdict are bounded as the verdicts are
+    for i, d in enumerate(decided(run_events("q", n=8))):
+        small.offer(Msg(0, i, d["ts"], b"gw", json.dumps(d).encode()))
+        assert small.find("q", d["seq"]).config == f"config {d['config_hash']}"
+        assert len(small._configs) <= 2
 
 
 def test_a_second_verdict_after_the_event_was_folded_turns_a_match_into_a_conflict():
