@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import tempfile
 import time
 from pathlib import Path
 from statistics import median
@@ -26,7 +25,7 @@ from agents.tool_guardrails import ToolInputGuardrailData, ToolOutputGuardrailDa
 from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
-from benchmarks.kafka import end, own_broker, start_worker
+from benchmarks.kafka import KEEP_HELP, end, own_broker, scratch, start_worker
 from streams.admin.topics import create_topics
 from streams.gateway import settings as settings_mod
 from streams.gateway.adapters.langchain import RUN_KEY, LoopwardenMiddleware
@@ -130,8 +129,7 @@ async def measure(client: GatewayClient, calls: int) -> dict:
     return out
 
 
-async def run(args) -> dict:
-    tmp = Path(tempfile.mkdtemp(prefix="loopwarden-adapters-"))
+async def run(args, tmp: Path) -> dict:
     bootstrap, broker = own_broker(args.bootstrap, tmp)
     proc = None
     try:
@@ -157,8 +155,11 @@ def main() -> None:
     ap.add_argument("--bootstrap", help="an existing broker (default: start one)")
     ap.add_argument("--calls", type=int, default=1000, help="calls per series (a multiple of 20)")
     ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--keep", action="store_true", help=KEEP_HELP)
     args = ap.parse_args()
-    print(json.dumps(asyncio.run(run(args))), flush=True)
+    with scratch("loopwarden-adapters-", args.keep) as tmp:
+        result = asyncio.run(run(args, tmp))
+    print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ import contextlib
 import json
 import os
 import signal
-import tempfile
 import time
 from pathlib import Path
 from statistics import median
@@ -45,7 +44,17 @@ from statistics import median
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
-from benchmarks.kafka import CONFIG, end, from_start, own_broker, preload, start_worker, wait_for_count
+from benchmarks.kafka import (
+    CONFIG,
+    KEEP_HELP,
+    end,
+    from_start,
+    own_broker,
+    preload,
+    scratch,
+    start_worker,
+    wait_for_count,
+)
 from benchmarks.recovery import make_events
 from detectors import load_config
 from detectors.ingest import Folded, fold
@@ -124,8 +133,7 @@ def gaps(arrivals: list[tuple[float, int]], start: float, start_ms: int, stop: f
     return first, longest
 
 
-async def run(args) -> dict:
-    tmp = Path(tempfile.mkdtemp(prefix="loopwarden-failover-"))
+async def run(args, tmp: Path) -> dict:
     bootstrap, broker = own_broker(args.bootstrap, tmp, heap="768m")
     procs: dict[int, tuple] = {}
     try:
@@ -393,7 +401,11 @@ def main() -> None:
         action="store_true",
         help="restart every worker in turn under GatewayClient checks instead of killing one per round",
     )
-    print(json.dumps(asyncio.run(run(ap.parse_args())), indent=2))
+    ap.add_argument("--keep", action="store_true", help=KEEP_HELP)
+    args = ap.parse_args()
+    with scratch("loopwarden-failover-", args.keep) as tmp:
+        result = asyncio.run(run(args, tmp))
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The framework's own floor for benchmarks.kafka: the bare echo, answered from a Faust agent.
 
-    python -m benchmarks.faust_echo BOOTSTRAP IN_TOPIC OUT_TOPIC APP_ID
+    python -m benchmarks.faust_echo BOOTSTRAP IN_TOPIC OUT_TOPIC APP_ID DATADIR
 
 Does what benchmarks/echo_responder.py does (an answer of a decision's size per message,
 keyed by the message's `gw` header, its `id` header first in the value), but consumes
@@ -20,9 +20,10 @@ from aiokafka import AIOKafkaProducer
 from benchmarks.echo_responder import PAD
 
 
-def bare_app(bootstrap: str, app_id: str) -> faust.App:
+def bare_app(bootstrap: str, app_id: str, datadir: str) -> faust.App:
     """A Faust app with nothing but its consumer: no web server, no store on disk (the
-    benchmarks' do-nothing agents)."""
+    benchmarks' do-nothing agents). `datadir`: the folder Faust keeps its own files in (the
+    benchmark's temporary folder, removed with it)."""
     return faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
@@ -30,13 +31,13 @@ def bare_app(bootstrap: str, app_id: str) -> faust.App:
         autodiscover=False,
         web_enabled=False,
         consumer_auto_offset_reset="earliest",
-        datadir=f"/tmp/{app_id}",
+        datadir=datadir,
     )
 
 
 def main() -> None:
-    bootstrap, src, dst, app_id = sys.argv[1:5]
-    app = bare_app(bootstrap, app_id)
+    bootstrap, src, dst, app_id, datadir = sys.argv[1:6]
+    app = bare_app(bootstrap, app_id, datadir)
     topic = app.topic(src, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
     state: dict = {}
 

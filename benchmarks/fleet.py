@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import tempfile
 import time
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
-from benchmarks.kafka import end, own_broker, pct, spawn
+from benchmarks.kafka import KEEP_HELP, end, own_broker, pct, scratch, spawn
 from streams.admin import fleet_topic
 from streams.admin.topics import create_topics
 from streams.gateway import settings as settings_mod
@@ -178,8 +177,7 @@ def cpu_of(pid: int) -> float:
     return (int(parts[11]) + int(parts[12])) / 100.0
 
 
-async def main_async(args: argparse.Namespace) -> dict:
-    tmp = Path(tempfile.mkdtemp(prefix="lw-fleet-"))
+async def main_async(args: argparse.Namespace, tmp: Path) -> dict:
     bootstrap, broker = own_broker(args.bootstrap, tmp)
     prefix = f"bfl{int(time.time())}."
     s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": args.partitions}, env={})
@@ -247,7 +245,11 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=300.0, help="calls a second of other traffic")
     ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=12)
-    print(json.dumps(asyncio.run(main_async(ap.parse_args())), indent=2))
+    ap.add_argument("--keep", action="store_true", help=KEEP_HELP)
+    args = ap.parse_args()
+    with scratch("lw-fleet-", args.keep) as tmp:
+        result = asyncio.run(main_async(args, tmp))
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -38,6 +37,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+from benchmarks.kafka import KEEP_HELP, scratch
 from streams.gateway import settings as settings_mod
 from streams.tools.launch import Worker, command, stop_process
 from streams.tools.localkafka import free_port
@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rate", type=float, default=50.0)
     ap.add_argument("--samples", type=int, default=150)
     ap.add_argument("--soak", type=float, metavar="S", help="instead: hook traffic for S seconds, the sidecar's RSS")
+    ap.add_argument("--keep", action="store_true", help=KEEP_HELP)
     args = ap.parse_args(argv)
     if not args.bootstrap:
         sys.exit("give --bootstrap (or LOOPWARDEN_TEST_BOOTSTRAP)")
@@ -236,7 +237,11 @@ def main(argv: list[str] | None = None) -> None:
     prefix = f"bh{uuid.uuid4().hex[:8]}."
     s = settings_mod.build({"bootstrap": args.bootstrap, "topic_prefix": prefix}, env={})
     asyncio.run(create_topics(s))
-    tmp = Path(tempfile.mkdtemp(prefix="bench-hooks-"))
+    with scratch("bench-hooks-", args.keep) as tmp:
+        _measure(args, s, prefix, tmp)
+
+
+def _measure(args: argparse.Namespace, s: settings_mod.Settings, prefix: str, tmp: Path) -> None:
     (tmp / "config.json").write_text(json.dumps({"tools": {"loopDetection": {"enabled": True}}}))
     worker = Worker(
         ["--bootstrap", args.bootstrap, "--topic-prefix", prefix, "--config", str(tmp / "config.json")]

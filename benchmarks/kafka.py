@@ -40,12 +40,13 @@ import contextlib
 import gc
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -164,7 +165,10 @@ async def echo_latency(
     req, rep = s.events_topic, s.decisions_topic
     module = {"bare": "benchmarks.echo_responder", "faust": "benchmarks.faust_echo"}[responder]
     log = tmp / f"echo-{responder}.log"
-    proc = spawn([sys.executable, "-m", module, bootstrap, req, rep, prefix + "g"], log)
+    argv = [sys.executable, "-m", module, bootstrap, req, rep, prefix + "g"]
+    if responder == "faust":
+        argv.append(str(tmp / f"{prefix}faust"))  # its datadir
+    proc = spawn(argv, log)
     try:
         await wait_ready(proc, f"the {responder} echo responder", log)
         waiting: dict[bytes, asyncio.Future] = {}
@@ -330,6 +334,27 @@ async def loopwarden_latency(
         end(worker)
 
 
+KEEP_HELP = "keep the temporary folder (the broker's data, the processes' logs); it is kept anyway when the run fails"
+
+
+@contextlib.contextmanager
+def scratch(prefix: str, keep: bool = False) -> Iterator[Path]:
+    """A temporary folder for a benchmark's broker, processes and logs, removed at the
+    end unless `keep` (--keep) or the run fails: the logs an error names are in it. A
+    folder kept is named on stderr."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield tmp
+    except BaseException:
+        keep = True
+        raise
+    finally:
+        if keep:
+            print(f"kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def own_broker(bootstrap: str | None, tmp: Path, heap: str = "512m") -> tuple[str, localkafka.Broker | None]:
     """The broker to measure on: the one given, or a fresh local one (stop it after)."""
     if bootstrap:
@@ -490,7 +515,8 @@ async def noop_throughput(bootstrap: str, lines: list[bytes], tmp: Path) -> floa
     s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
     await create_topics(s)
     p = spawn(
-        [sys.executable, "-m", "benchmarks.noop_agent", bootstrap, s.events_topic, str(len(lines)), prefix + "noop"],
+        [sys.executable, "-m", "benchmarks.noop_agent", bootstrap, s.events_topic, str(len(lines)), prefix + "noop"]
+        + [str(tmp / f"{prefix}faust")],  # its datadir
         tmp / "noop.log",
     )
     try:
@@ -697,8 +723,7 @@ def plot(series: dict[str, list[float]], path: Path) -> str | None:
     return str(path)
 
 
-async def main_async(args) -> dict:
-    tmp = Path(tempfile.mkdtemp(prefix="loopwarden-bench-"))
+async def main_async(args, tmp: Path) -> dict:
     broker = None
     bootstrap = args.bootstrap or os.environ.get("LOOPWARDEN_BOOTSTRAP")
     rates = [float(r) for r in (args.rates or str(args.rate)).split(",")]
@@ -805,8 +830,11 @@ def main() -> None:
     )
     ap.add_argument("--events", type=int, default=60000, help="events for the throughput part (0: skip it)")
     ap.add_argument("--rounds", type=int, default=3, help="throughput rounds; medians are reported (default 3)")
+    ap.add_argument("--keep", action="store_true", help=KEEP_HELP)
     args = ap.parse_args()
-    print(json.dumps(asyncio.run(main_async(args)), indent=2))
+    with scratch("loopwarden-bench-", args.keep) as tmp:
+        result = asyncio.run(main_async(args, tmp))
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -35,13 +35,22 @@ import argparse
 import asyncio
 import json
 import os
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from statistics import mean, median
 
-from benchmarks.kafka import GATEWAYS, cpu_seconds, end, paced, params_of, start_worker, worker_metric
+from benchmarks.kafka import (
+    GATEWAYS,
+    KEEP_HELP,
+    cpu_seconds,
+    end,
+    paced,
+    params_of,
+    scratch,
+    start_worker,
+    worker_metric,
+)
 from streams.admin.topics import create_topics
 from streams.gateway import settings as settings_mod
 from streams.gateway.client import GatewayClient
@@ -128,8 +137,7 @@ def overlaps(a0: float, a1: float, spans: list[tuple[float, float]]) -> bool:
     return any(s0 < a1 and s1 > a0 for s0, s1 in spans)
 
 
-async def run(args) -> dict:
-    tmp = Path(tempfile.mkdtemp(prefix="loopwarden-stages-"))
+async def run(args, tmp: Path) -> dict:
     broker = None
     bootstrap = args.bootstrap or os.environ.get("LOOPWARDEN_BOOTSTRAP")
     if not bootstrap:
@@ -294,8 +302,11 @@ def main() -> None:
     ap.add_argument("--tree", help="run the worker from this directory (its streams package)")
     ap.add_argument("--env", action="append", default=[], metavar="K=V", help="extra worker environment")
     ap.add_argument("--rows", help="also write every joined call's stages to this file (JSON lines)")
+    ap.add_argument("--keep", action="store_true", help=KEEP_HELP)
     args = ap.parse_args()
-    print(json.dumps(asyncio.run(run(args)), indent=2))
+    with scratch("loopwarden-stages-", args.keep) as tmp:
+        result = asyncio.run(run(args, tmp))
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """A do-nothing Faust agent over a topic (the framework's own ceiling), for benchmarks.kafka.
 
-    python -m benchmarks.noop_agent BOOTSTRAP TOPIC N APP_ID
+    python -m benchmarks.noop_agent BOOTSTRAP TOPIC N APP_ID DATADIR
 
 Consumes as the loopwarden worker's agent does (events acknowledged by hand, in batches
 of what has arrived) but does nothing with them. It prints `ready` once it has its
@@ -22,8 +22,8 @@ from benchmarks.faust_echo import bare_app
 
 
 def main() -> None:
-    bootstrap, topic, n, app_id = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    app = bare_app(bootstrap, app_id)
+    bootstrap, topic, n, app_id, datadir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+    app = bare_app(bootstrap, app_id, datadir)
     src = app.topic(topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
     seen = {"n": 0, "t10": None}
 
