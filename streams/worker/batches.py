@@ -70,6 +70,11 @@ class DeadLetter(NamedTuple):
 DEAD_LETTER_MAX_VALUE = 900_000
 DEAD_LETTER_MAX_KEY = 4096
 
+# A flush acknowledges the events it covers this many at a time, the fold loop going on
+# in between: about 2.6 us each through Faust, so a flush of 1,000 events held the loop
+# 2.7 ms in one go (benchmarks.latency_stages at 1,000 calls/s).
+ACK_SLICE = 256
+
 
 def dead_letter(msg: Incoming, err: EventError) -> DeadLetter:
     key, value = msg.key, msg.value if msg.value is not None else b""
@@ -428,8 +433,10 @@ class BatchLoop(Service):
             for d in deliveries:
                 await d
             t3 = time.time()
-            for e in events:
+            for i, e in enumerate(events):
                 e.ack()
+                if i % ACK_SLICE == ACK_SLICE - 1:
+                    await asyncio.sleep(0)  # the fold loop goes on in between
             self.runs.committed(cp)
             if self.trace is not None:
                 self.trace.flush(t0, t1, t2, t3, len(cp.staged), len(events))

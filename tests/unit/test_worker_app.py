@@ -64,3 +64,35 @@ def test_the_agent_folds_a_lone_event_itself_only_when_nothing_waits_is_handled_
         assert not loop.can_handle_now()
 
     asyncio.run(check())
+
+
+def test_a_flush_acknowledges_its_events_a_slice_at_a_time_letting_the_loop_run_between(tmp_path: Path) -> None:
+    """BatchLoop._flush: the events a flush covers are acknowledged ACK_SLICE at a time,
+    the event loop running between slices (a thousand acknowledgements held it 2.7 ms),
+    and every one of them before the flush returns."""
+    from streams.worker.batches import ACK_SLICE
+
+    s = settings_mod.build({"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={})
+    loop = create_app(s, config=DetectionConfig({})).batches  # type: ignore[attr-defined]
+    ticks, seen = [0], []
+
+    async def check() -> None:
+        async def other_work() -> None:  # what the loop does meanwhile (folding, fetching)
+            while True:
+                ticks[0] += 1
+                await asyncio.sleep(0)
+
+        n = 2 * ACK_SLICE + 10
+        loop._unacked = [SimpleNamespace(ack=lambda: seen.append(ticks[0])) for _ in range(n)]
+        task = asyncio.create_task(other_work())
+        await asyncio.sleep(0)
+        try:
+            await loop._flush()
+        finally:
+            task.cancel()
+        assert len(seen) == n and not loop._unacked
+        slices = [seen[i : i + ACK_SLICE] for i in range(0, n, ACK_SLICE)]
+        assert all(len(set(part)) == 1 for part in slices)  # a slice in one go
+        assert slices[0][0] < slices[1][0] < slices[2][0]  # the loop ran between slices
+
+    asyncio.run(check())
