@@ -128,6 +128,7 @@ def create_app(
     fleet_stage.install(app, settings, ledger, lambda: batches.config, metrics, breaker)
     rebalance.install(app, settings, batches, metrics, inbox)
     Health(app, batches, settings.events_topic, following).install(app)
+    faust_compat.deliver_inline(app.consumer)  # no task per message fetched
     _install_loop(app, settings, events, runs, batches, metrics, inbox)
     return app
 
