@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 import faust
@@ -128,9 +129,14 @@ def deliver_inline(consumer: Any) -> None:
 
 
 class _Delivered:
-    """The marker `deliver_inline`'s callback returns for a message already delivered."""
+    """The marker `deliver_inline`'s callback returns for a message already delivered.
+    Awaiting it finishes at once, so a caller that awaits the callback's result itself
+    (not through `wait_first`) still works."""
 
     __slots__ = ()
+
+    def __await__(self) -> Iterator[Any]:
+        return iter(())
 
 
 async def _run_on(coro: Any, pending: Any) -> Any:

@@ -162,3 +162,22 @@ def test_a_suspended_flow_interrupts_a_handling_that_polls_with_bare_yields(tmp_
         assert seen == ["cancelled"]
 
     asyncio.run(main())
+
+
+def test_what_the_callback_returns_can_also_be_awaited_directly(tmp_path: Path) -> None:
+    """Should a later Faust await the callback's result itself, not through wait_first:
+    both what it returns for a message delivered at once and for one that waits."""
+    seen: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if message == "waits":
+            await asyncio.sleep(0.001)
+        seen.append(message)
+
+    async def main() -> None:
+        consumer = _consumer(tmp_path, on_message)
+        await consumer.callback("at once")
+        await consumer.callback("waits")
+        assert seen == ["at once", "waits"]
+
+    asyncio.run(main())
