@@ -181,3 +181,28 @@ def test_what_the_callback_returns_can_also_be_awaited_directly(tmp_path: Path) 
         assert seen == ["at once", "waits"]
 
     asyncio.run(main())
+
+
+class _Odd:
+    """An awaitable that yields something other than a future (asyncio refuses it)."""
+
+    def __await__(self) -> Any:
+        yield 42
+
+
+def test_a_handling_that_yields_something_other_than_a_future_is_told_so(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        await asyncio.sleep(0.001)  # waits first: the rest runs through deliver_inline's driver
+        try:
+            await _Odd()
+        except RuntimeError as exc:
+            seen.append(str(exc))
+
+    async def main() -> None:
+        consumer = _consumer(tmp_path, on_message)
+        await asyncio.wait_for(_pass_on(consumer, "a"), 1)
+        assert len(seen) == 1 and "not a future" in seen[0]
+
+    asyncio.run(main())
