@@ -79,18 +79,15 @@ class Tracer:
 
     def line(self, record: dict[str, Any]) -> None:
         """Write a line, after the collections that ended since the last one."""
-        if self._gcs:
-            done, self._gcs = self._gcs, []
-            for g in done:
-                self._out.write(json.dumps(g, separators=(",", ":")) + "\n")
-        self._out.write(json.dumps(record, separators=(",", ":")) + "\n")
+        done, self._gcs = self._gcs, []
+        for r in (*done, record):
+            self._out.write(json.dumps(r, separators=(",", ":")) + "\n")
 
     def close(self) -> None:
         if self._gc in gc.callbacks:
             gc.callbacks.remove(self._gc)
-        for g in self._gcs:
-            self._out.write(json.dumps(g, separators=(",", ":")) + "\n")
-        self._gcs = []
+        if self._gcs:  # the last collection's line, after those before it
+            self.line(self._gcs.pop())
         self._out.close()
 
 

@@ -42,3 +42,14 @@ def test_a_collection_is_written_before_the_next_line_and_at_the_close(tmp_path)
     assert ("gc", 0) in kinds[:first]  # before the line written after it
     assert ("gc", 1) in kinds[first + 1 :]  # written at the close, nothing after it
     assert gc.callbacks.count(t._gc) == 0
+
+
+def test_collections_still_pending_at_the_close_are_each_written_once_in_order(tmp_path):
+    path = tmp_path / "trace.jsonl"
+    t = Tracer(str(path))
+    gc.callbacks.remove(t._gc)  # only the collections this test reports
+    for gen in (0, 1, 2):
+        t._gc("start", {"generation": gen})
+        t._gc("stop", {"generation": gen})
+    t.close()
+    assert [r["gen"] for r in map(json.loads, path.read_text().splitlines())] == [0, 1, 2]
