@@ -367,3 +367,43 @@ def test_budgets_and_held_out_runs_are_counted_as_an_offline_replay_counts_them(
     assert w["would_stop"]["runs"] >= 3 and 0 < w["would_stop"]["ended_by_themselves"] < w["would_stop"]["runs"]
     assert 0 < w["held_out_runs"] < w["runs"]  # the trial agent's run is in shadow mode
     assert s["matched"] == len(ds) and a.clean()
+
+
+def test_one_config_looked_up_in_the_events_loop_counts_as_the_config_for_path_does():
+    """With one config in the book, the fold runs without `config_for` and the audit
+    looks each recorded decision up itself: the summary is the one the per-event
+    callback gives (forced here by a second config in the book that no decision names),
+    unknown configs and mismatches included."""
+    evs = run_events("r1", n=9) + run_events("r2", n=6, t0=1_000_050)
+    evs.sort(key=lambda e: e["ts"])
+    ds = decided(evs)
+    ds[1] = dict(ds[1], config_hash="f" * 64)  # a config not known here
+    ds[3] = dict(ds[3], message="not what was decided")  # a mismatch
+    summaries = []
+    for second in (None, {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2}}}):
+        book = ConfigBook(DetectionConfig(ON))
+        if second is not None:
+            book.add(DetectionConfig(second), "pinned", None)
+        a = Audit(book, Window(grace_ms=10_000), complete=lambda p: True)
+        a.recorded(msgs(ds, "gateway_id"))
+        a.events(msgs(evs, "run_id"))
+        assert a.replayer.one_config is (second is None)
+        a.finish()
+        summaries.append(a.summary(1.0))
+    one, two = summaries
+    assert one == two
+    # (the decision naming an unknown config differs from its replay by that hash: a mismatch too)
+    assert one["unknown_configs"] == {"f" * 64: 1} and one["mismatched"] == 2 and one["matched"] == len(ds) - 2
+
+
+def test_a_config_added_to_the_book_after_the_events_began_is_refused():
+    evs = run_events(n=4)
+    a = audit()
+    a.events(msgs(evs[:2], "run_id"))
+    a.configs.add(DetectionConfig({"tools": {"loopDetection": {"enabled": False}}}), "late", None)
+    try:
+        a.events(msgs(evs[2:], "run_id"))
+    except RuntimeError as exc:
+        assert "after its events began" in str(exc)
+    else:
+        raise AssertionError("a config added mid-audit was taken silently")
