@@ -343,16 +343,21 @@ class BatchLoop(Service):
                 except TimeoutError:
                     pass
             async with self._turn:  # the agent may be handling a lone event
-                if not self._waiting:  # nothing left to fold
-                    self._arrived.clear()
+                batch, arrivals = self._take()
+                if not batch:  # nothing left to fold
                     continue
-                batch, self._waiting = self._waiting[:n], self._waiting[n:]
-                arrivals, self._arrivals = self._arrivals[:n], self._arrivals[n:]
-                if not self._waiting:
-                    self._arrived.clear()
-                self._room.set()
                 if not await self._take_turn(batch, arrivals):
                     return
+
+    def _take(self) -> tuple[list[Any], list[float]]:
+        """The events waiting (at most a batch), and with a trace their arrival times."""
+        n = self._batch_max
+        batch, self._waiting = self._waiting[:n], self._waiting[n:]
+        arrivals, self._arrivals = self._arrivals[:n], self._arrivals[n:]
+        if not self._waiting:
+            self._arrived.clear()
+        self._room.set()
+        return batch, arrivals
 
     async def _take_turn(self, batch: list[Any], arrivals: list[float]) -> bool:
         """Handle one batch (the caller holds `_turn`). False: its output could not be
@@ -384,28 +389,48 @@ class BatchLoop(Service):
                 self._fail(exc)
 
     async def _handle(self, batch: list[Any], arrivals: list[float] | None = None) -> None:
-        trace = self.trace
-        t = {"k": "batch", "n": len(batch), "f0": time.time()} if trace is not None else None
+        """Fold a batch and publish its output, once the previous batch's is delivered.
+
+        The batch is folded while the previous one travels; the events that arrive
+        during that wait are folded right after it, and their output goes out in the
+        same produce request. (Left for the next batch, they would wait for this one's
+        round trip as well: at 1,000 calls/s, 98% of the calls waited for a previous
+        batch, 2.1 ms at the median, benchmarks.latency_stages.)"""
+        parts = [self._fold(batch, arrivals or [])]
+        t = parts[0][3]
+        sent = self._sent
+        if sent and not sent[-1].done():
+            await asyncio.shield(sent[-1])
+            if t is not None:
+                t["w1"] = time.time()
+            if self._waiting and not self.should_stop:
+                late, late_arrivals = self._take()
+                parts.append(self._fold(late, late_arrivals))
+        out = parts[0][2].out if len(parts) == 1 else [r for p in parts for r in p[2].out]
+        if out:
+            self._sent.append(await self.publisher.send(out))
+        for events, msgs, folded, t, arrived in parts:
+            if self.trace is not None and t is not None:
+                t.setdefault("w1", t["w0"])  # (a part folded after the wait: none of its own)
+                self.trace.batch(t, msgs, arrived, folded.ids, self._sent[-1] if self._sent else None)
+            # The states were staged before these events go into _unacked: a flush in
+            # between stores a state ahead of its acknowledgement, never behind it.
+            self._unacked.extend(events)
+            self.progress.update(folded.last)
+            self.folded_at.update(dict.fromkeys(folded.last, time.monotonic()))
+            self.metrics.observe_batch(msgs, len(msgs) - folded.dead, folded.counts)
+
+    def _fold(
+        self, batch: list[Any], arrivals: list[float]
+    ) -> tuple[list[Any], list[Any], Folded, dict[str, Any] | None, list[float]]:
+        """One batch folded: (its events, their messages, the fold's output, with a
+        trace its timings so far, the events' arrivals)."""
+        t = {"k": "batch", "n": len(batch), "f0": time.time()} if self.trace is not None else None
         msgs = [e.message for e in batch]
         folded = fold_batch(msgs, self.settings, self.config, self.fleet, self.runs, self.metrics, t is not None)
         if t is not None:
             t["f1"] = t["w0"] = time.time()
-        if self._sent:
-            # This batch was folded while the last one travelled; wait for it before
-            # queueing more, and let the events arriving meanwhile make the next batch.
-            await asyncio.shield(self._sent[-1])
-        if t is not None:
-            t["w1"] = time.time()
-        if folded.out:
-            self._sent.append(await self.publisher.send(folded.out))
-        if trace is not None and t is not None:
-            trace.batch(t, msgs, arrivals or [], folded.ids, self._sent[-1] if self._sent else None)
-        # The states were staged before these events go into _unacked: a flush in
-        # between stores a state ahead of its acknowledgement, never behind it.
-        self._unacked.extend(batch)
-        self.progress.update(folded.last)
-        self.folded_at.update(dict.fromkeys(folded.last, time.monotonic()))
-        self.metrics.observe_batch(msgs, len(msgs) - folded.dead, folded.counts)
+        return batch, msgs, folded, t, arrivals
 
     async def _flush(self, final: bool = False) -> None:
         """Store the staged run states, then acknowledge the events they include.

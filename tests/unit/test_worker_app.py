@@ -96,3 +96,54 @@ def test_a_flush_acknowledges_its_events_a_slice_at_a_time_letting_the_loop_run_
         assert slices[0][0] < slices[1][0] < slices[2][0]  # the loop ran between slices
 
     asyncio.run(check())
+
+
+def test_events_arriving_while_the_last_output_travels_go_out_with_the_batch_waiting_for_it(tmp_path: Path) -> None:
+    """BatchLoop._handle: a batch folded while the previous batch's output travels waits
+    for its delivery; the events passed on during that wait are folded then and their
+    decisions go out in the same send, after the batch's, in order (left for the next
+    batch, they would wait for this one's round trip too). Nothing waits when the
+    previous output was delivered."""
+    import json
+
+    from detectors.wire import decode_decision
+
+    s = settings_mod.build({"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={})
+    loop = create_app(s, config=DetectionConfig({})).batches  # type: ignore[attr-defined]
+    sends: list[list] = []
+
+    def event(seq: int) -> SimpleNamespace:
+        value = {"type": "tool_call", "run_id": "r", "seq": seq, "gateway_id": "gw", "tool_name": "read"}
+        value.update(tool_call_id=f"c{seq}", params={"p": seq}, ts=1_000 + seq)
+        data = json.dumps(value).encode()
+        msg = SimpleNamespace(topic="t.events", partition=0, offset=seq, key=b"r", value=data, timestamp=1.0 + seq)
+        return SimpleNamespace(message=msg)
+
+    async def check() -> None:
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+
+        async def send(records: list) -> asyncio.Future:
+            sends.append([decode_decision(r.value).seq for r in records if r.topic == s.decisions_topic])
+            return done
+
+        loop.publisher.send = send
+        loop.recovery.held.add(0)  # partition 0's states are loaded: its events are not held
+        travelling = asyncio.get_running_loop().create_future()
+        loop._sent.append(travelling)
+        first = [event(0)]
+        handling = asyncio.create_task(loop._handle(first))
+        await asyncio.sleep(0)
+        assert not sends, "the batch waits for the previous output's delivery"
+        late = [event(1), event(2)]
+        for e in late:
+            assert loop.put(e) is False
+        travelling.set_result(None)
+        await handling
+        assert sends == [[0, 1, 2]], "one send: the batch's decisions, then those of the events that came meanwhile"
+        assert loop._unacked == first + late and not loop._waiting
+        assert loop.progress == {0: 2}
+        await loop._handle([event(3)])  # the last output delivered: at once, alone
+        assert sends[-1] == [3] and len(sends) == 2
+
+    asyncio.run(check())
