@@ -20,8 +20,8 @@ worker's).
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
-from itertools import islice
+from collections.abc import Callable, Iterator
+from itertools import chain, islice
 from operator import attrgetter
 from typing import Any
 
@@ -106,7 +106,9 @@ class Replayer:
         # from the join without a second lookup (none at all when nothing was found).
         self.found_for: Event | None = None
         self.found: Recorded | None = None
-        self._fed: deque[tuple[Msg, bytes | None, bytes | None]] = deque()
+        # Each chunk's (message, key, value) iterator, in turn: the fold reads through
+        # them in C (no tuple kept per message, no deque step per message).
+        self._fed: deque[Iterator[tuple[Msg, bytes | None, bytes | None]]] = deque()
         self._max_event_bytes = max_event_bytes
         self.one_config = False  # set by `start`
         self._book_size = 0
@@ -122,7 +124,7 @@ class Replayer:
         self.one_config = all(c is configs.current for c in configs.by_hash.values())
         self._book_size = len(configs.listed)
         return fold(
-            iter(self._fed.popleft, None),  # (never asked past its end: IndexError if it were)
+            chain.from_iterable(iter(self._fed.popleft, None)),  # (never asked past its end: IndexError if it were)
             configs.current,
             max_event_bytes=self._max_event_bytes,
             config_for=None if self.one_config else self._config_for,
@@ -135,11 +137,11 @@ class Replayer:
         if len(self.configs.listed) != self._book_size:
             raise RuntimeError("a config was added to the audit's book after its events began")
 
-    def feed(self, source: Iterable[tuple[Msg, bytes | None, bytes | None]]) -> int:
-        """Messages for the fold, (message, key, value) each: how many `results` owes."""
-        fed = self._fed
-        fed.extend(source)
-        return len(fed)
+    def feed(self, source: Iterator[tuple[Msg, bytes | None, bytes | None]], n: int) -> int:
+        """`n` messages for the fold, (message, key, value) each: how many results it
+        owes (each feed's are all taken before the next feed)."""
+        self._fed.append(source)
+        return n
 
     def _config_for(self, ev: Event) -> DetectionConfig:
         run_id = ev.run_id
@@ -245,7 +247,7 @@ class Audit:
             self._results = folded if self.what_if is None else self.what_if.fold(folded)
         else:
             replayer.check_book()
-        results = islice(self._results, replayer.feed(self._source(chunk)))
+        results = islice(self._results, replayer.feed(*self._source(chunk)))
         what_if, signals = self.what_if, self.signals
         settle, find, tally, runs = self.join.settle, self.join.find, self.tally, self.open
         run_configs, one_config, unknown = replayer.run_configs, replayer.one_config, replayer.unknown_configs
@@ -328,12 +330,14 @@ class Audit:
         tally.events += inside_n
         tally.add(statuses, counted)
 
-    def _source(self, chunk: list[Msg]) -> Iterator[tuple[Msg, bytes | None, bytes | None]]:
-        """(message, key, value) of each event of the chunk, of the chosen runs only."""
+    def _source(self, chunk: list[Msg]) -> tuple[Iterator[tuple[Msg, bytes | None, bytes | None]], int]:
+        """(message, key, value) of each event of the chunk, of the chosen runs only, and
+        how many."""
         runs = self.scope.runs
         if not runs:
-            return zip(chunk, map(_KEY, chunk), map(_VALUE, chunk), strict=True)
-        return ((m, m.key, m.value) for m in chunk if m.key is not None and m.key.decode("utf-8", "replace") in runs)
+            return zip(chunk, map(_KEY, chunk), map(_VALUE, chunk), strict=True), len(chunk)
+        chosen = [(m, m.key, m.value) for m in chunk if m.key is not None and m.key.decode("utf-8", "replace") in runs]
+        return iter(chosen), len(chosen)
 
     def _start(self, ev: Event, m: Msg) -> _Run:
         """A run's first event read: its start if it came after the run's end, on a
