@@ -164,6 +164,17 @@ def fold_batch(
     return Folded(out, counts, dead, ids, last)
 
 
+class _Part(NamedTuple):
+    """Events folded for one send: the events, their messages, the fold's output, with a
+    trace the timings so far and the events' arrivals."""
+
+    events: list[Any]
+    msgs: list[Any]
+    folded: Folded
+    timings: dict[str, Any] | None
+    arrivals: list[float]
+
+
 class BatchLoop(Service):
     def __init__(
         self,
@@ -397,40 +408,36 @@ class BatchLoop(Service):
         round trip as well: at 1,000 calls/s, 98% of the calls waited for a previous
         batch, 2.1 ms at the median, benchmarks.latency_stages.)"""
         parts = [self._fold(batch, arrivals or [])]
-        t = parts[0][3]
+        t = parts[0].timings
         sent = self._sent
         if sent and not sent[-1].done():
             await asyncio.shield(sent[-1])
             if t is not None:
                 t["w1"] = time.time()
             if self._waiting and not self.should_stop:
-                late, late_arrivals = self._take()
-                parts.append(self._fold(late, late_arrivals))
-        out = parts[0][2].out if len(parts) == 1 else [r for p in parts for r in p[2].out]
+                parts.append(self._fold(*self._take()))
+        out = [r for p in parts for r in p.folded.out]
         if out:
             self._sent.append(await self.publisher.send(out))
-        for events, msgs, folded, t, arrived in parts:
-            if self.trace is not None and t is not None:
-                t.setdefault("w1", t["w0"])  # (a part folded after the wait: none of its own)
-                self.trace.batch(t, msgs, arrived, folded.ids, self._sent[-1] if self._sent else None)
+        for p in parts:
+            if self.trace is not None and p.timings is not None:
+                p.timings.setdefault("w1", p.timings["w0"])  # (a part folded after the wait: none of its own)
+                self.trace.batch(p.timings, p.msgs, p.arrivals, p.folded.ids, self._sent[-1] if self._sent else None)
             # The states were staged before these events go into _unacked: a flush in
             # between stores a state ahead of its acknowledgement, never behind it.
-            self._unacked.extend(events)
-            self.progress.update(folded.last)
-            self.folded_at.update(dict.fromkeys(folded.last, time.monotonic()))
-            self.metrics.observe_batch(msgs, len(msgs) - folded.dead, folded.counts)
+            self._unacked.extend(p.events)
+            self.progress.update(p.folded.last)
+            self.folded_at.update(dict.fromkeys(p.folded.last, time.monotonic()))
+            self.metrics.observe_batch(p.msgs, len(p.msgs) - p.folded.dead, p.folded.counts)
 
-    def _fold(
-        self, batch: list[Any], arrivals: list[float]
-    ) -> tuple[list[Any], list[Any], Folded, dict[str, Any] | None, list[float]]:
-        """One batch folded: (its events, their messages, the fold's output, with a
-        trace its timings so far, the events' arrivals)."""
+    def _fold(self, batch: list[Any], arrivals: list[float]) -> _Part:
+        """One batch folded (`_Part`)."""
         t = {"k": "batch", "n": len(batch), "f0": time.time()} if self.trace is not None else None
         msgs = [e.message for e in batch]
         folded = fold_batch(msgs, self.settings, self.config, self.fleet, self.runs, self.metrics, t is not None)
         if t is not None:
             t["f1"] = t["w0"] = time.time()
-        return batch, msgs, folded, t, arrivals
+        return _Part(batch, msgs, folded, t, arrivals)
 
     async def _flush(self, final: bool = False) -> None:
         """Store the staged run states, then acknowledge the events they include.
