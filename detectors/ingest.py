@@ -54,7 +54,7 @@ class Folded(Struct, frozen=True, gc=False):
     before: RunState | None
     after: RunState | None  # None: the run ended, its state is to be dropped
     decisions: tuple[Decision, ...]
-    encoded: list[bytes]  # each decision's JSON, in the same order
+    encoded: list[bytes]  # each decision's JSON, in the same order (none: `fold(encode=False)`)
 
 
 class SetAside(Struct, frozen=True, gc=False):
@@ -81,6 +81,7 @@ def fold(
     breakers: ToolBreakerFold | None = None,
     opened: Callable[[Breaker], None] | None = None,
     fleet_for: Callable[[Event], FleetView | None] | None = None,
+    encode: bool = True,
 ) -> Iterator[Folded | SetAside]:
     """Fold messages over their runs' states: the one loop every reader runs.
 
@@ -110,6 +111,11 @@ def fold(
     offline replay opens breakers from its input this way. `fleet_for(event)`, when
     given, names the view each event is judged against instead (an audit replays each
     call with the fleet signal its recorded decision names).
+
+    `encode` false: the decisions are not encoded (every `encoded` is empty), for a
+    reader that compares decisions and writes none (an audit). The decisions are the
+    same: encoding cannot fail for an event decoded here from bytes (its strings are
+    valid UTF-8 and its integers fit in 64 bits, and a decision holds nothing else).
     """
     if breakers is not None and fleet is None:
         fleet = FleetView()
@@ -151,7 +157,7 @@ def fold(
             # cannot be encoded fails its event here, before its run's state moves on.
             try:
                 after, decisions = apply(before, ev, cfg, fleet if fleet_for is None else fleet_for(ev))
-                encoded = list(map(_encode, decisions)) if decisions else []
+                encoded = list(map(_encode, decisions)) if decisions and encode else []
                 if breakers is not None and type(ev) is ToolResult and after is not before:
                     b = _failure(breakers, ev)
                     if b is not None:

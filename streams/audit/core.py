@@ -31,7 +31,7 @@ from detectors.wire import Decision, Event
 
 from ..admin.fleet_topic import FleetLedger
 from .fleet import FleetCounts, Signals
-from .join import Join, Msg, Recorded
+from .join import Join, Msg, Recorded, whole
 from .options import ALL_RUNS, WHOLE, Scope, Window
 from .report import Totals, report, summary
 from .shadow import Shadow
@@ -129,6 +129,7 @@ class Replayer:
             max_event_bytes=self._max_event_bytes,
             config_for=None if self.one_config else self._config_for,
             fleet_for=self.signals.view_for if self.signals is not None else None,
+            encode=False,  # the replayed decisions are compared by `whole`, not written
         )
 
     def check_book(self) -> None:
@@ -295,7 +296,7 @@ class Audit:
                     shadow.event(ev)  # after the run's first call that would have been stopped
                 if not run.partial and (replayed is not None or rec is not None):
                     # Counted: what the recorded and replayed decisions came to (equal: the
-                    # same hash of their canonical encoding, read once).
+                    # same fingerprint, `whole`).
                     if rec is None:
                         status = "missing"
                     else:
@@ -303,7 +304,7 @@ class Audit:
                             status = "conflicting"
                         elif replayed is None:
                             status = "unexpected"
-                        elif rec.whole == hash(f.encoded[0]):
+                        elif rec.whole == whole(replayed):
                             status = "matched"
                         else:
                             status = "mismatched"

@@ -64,7 +64,7 @@ class WhatIf:
         """Fold again what the first fold folded; each result's position is the first
         fold's result for the same message (a message it set aside is set aside here too)."""
         source = ((f, None, f.event if type(f) is Folded else b"") for f in folded)
-        return fold(source, self.config, keyed=False)
+        return fold(source, self.config, keyed=False, encode=False)  # compared, not written
 
     @staticmethod
     def decision(g: Folded | SetAside) -> Decision | None:

@@ -134,6 +134,79 @@ def test_the_join_keeps_a_shared_verdict_and_a_hash_not_the_decision():
     assert whole(decode_decision(json.dumps(json.loads(encode(a)), indent=1))) == ra.whole
 
 
+def test_the_fingerprint_tells_decisions_apart_by_any_field_not_by_their_bytes():
+    import msgspec
+
+    d = decision(action="warn", level="warning", detector="generic_repeat", count=10, message="m")
+    base = whole(d)
+    # Another value in any one field, of the field's type, is another fingerprint.
+    other = {
+        "run_id": "q",
+        "seq": d.seq + 1,
+        "gateway_id": "gw2",
+        "agent_id": "a",
+        "tool_call_id": "c2",
+        "tool_name": None,
+        "ts": d.ts + 1,
+        "event_id": "q:0",
+        "action": "block",
+        "level": "critical",
+        "detector": None,
+        "count": 11,
+        "message": None,
+        "warning_key": "k",
+        "paired_tool_name": "p",
+        "args_hash": None,
+        "config_hash": "c" * 64,
+        "fleet_signal": "breaker:x",
+        "enforced": False,
+        "shadow_action": "block",
+        "degraded": True,
+    }
+    assert set(other) == set(Decision.__struct_fields__)
+    for name, value in other.items():
+        assert whole(msgspec.structs.replace(d, **{name: value})) != base, name
+    # Integers whose hashes collide are told apart: hash(-1) == hash(-2), and an int's
+    # hash wraps at 2**61 - 1; None against the int that is its hash.
+    assert hash(msgspec.structs.replace(d, ts=-1)) == hash(msgspec.structs.replace(d, ts=-2))
+    assert whole(msgspec.structs.replace(d, ts=-1)) != whole(msgspec.structs.replace(d, ts=-2))
+    wrap = (1 << 61) - 1
+    assert whole(msgspec.structs.replace(d, count=1)) != whole(msgspec.structs.replace(d, count=1 + wrap))
+    assert whole(msgspec.structs.replace(d, count=None)) != whole(msgspec.structs.replace(d, count=hash(None)))
+    assert whole(msgspec.structs.replace(d, ts=-1)) == whole(msgspec.structs.replace(d, ts=-1))
+    # The same decision written otherwise is the same: other spacing and key order, or
+    # an older worker's, without the fields added since (read with their defaults).
+    raw = json.loads(encode(d))
+    assert whole(decode_decision(json.dumps(dict(reversed(raw.items())), indent=2))) == base
+    older = {k: v for k, v in raw.items() if k not in ("fleet_signal", "enforced", "shadow_action")}
+    assert whole(decode_decision(json.dumps(older))) == base
+
+
+def test_a_fold_that_does_not_encode_decides_as_one_that_does():
+    from benchmarks.trace import CONFIG, generate
+
+    lines = generate(3000)
+    lines[10:10] = [b"{", b"", b'{"type": "tool_call"}', json.dumps({"type": "nope", "run_id": "x"}).encode()]
+    config = DetectionConfig(CONFIG)
+
+    def results(encode: bool) -> list:
+        source = ((i, None, line) for i, line in enumerate(lines))
+        return list(fold(source, config, keyed=False, encode=encode))
+
+    written, compared = results(True), results(False)
+    assert len(written) == len(compared) == len(lines)
+    decided = 0
+    for a, b in zip(written, compared, strict=True):
+        assert type(a) is type(b) and a.position == b.position
+        if type(a) is Folded:
+            assert a.decisions == b.decisions and b.encoded == []
+            assert a.encoded == [encode(x) for x in a.decisions]
+            decided += len(a.decisions)
+        else:
+            assert a.error.reason == b.error.reason
+    assert decided > 1000 and sum(type(a) is SetAside for a in written) == 4
+
+
 def test_a_second_record_is_a_duplicate_a_conflict_or_late():
     d = decision()
     j = Join(grace_ms=1000)
