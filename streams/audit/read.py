@@ -11,6 +11,7 @@ from aiokafka.errors import KafkaError
 from ..gateway import connection
 from ..gateway.errors import BrokerError, broker_error
 from ..gateway.settings import Settings
+from . import frames
 from .join import Msg
 
 
@@ -97,6 +98,14 @@ class TopicRange:
     async def open(self, start_ms: int | None, end_ms: int | None, partitions: list[int] | None = None) -> None:
         """Find the offsets: the first record at or after `start_ms` (None: the beginning)
         and the first after `end_ms` (None: the end now)."""
+        # Records as Msgs, not ConsumerRecords (`_light_records`), and each response read
+        # with one copy (frames.py: the consumer's connections are opened in here).
+        _light_records()
+        frames.install()
+        with frames.frames():
+            await self._open(start_ms, end_ms, partitions)
+
+    async def _open(self, start_ms: int | None, end_ms: int | None, partitions: list[int] | None) -> None:
         s = self.settings
         # Fetches of at most 8 MiB (512 KiB a partition): what the consumer holds fetched
         # and not read yet is part of the audit's peak memory. With 64 MiB fetches a
@@ -108,9 +117,6 @@ class TopicRange:
         # anyway (an event that does not decode is counted as a dead letter, a decision
         # that does not decode as unreadable, one that differs as a mismatch). Reading
         # 1M events took 1.18-1.29 s without the check, 1.44-1.55 s with it.
-        #
-        # Records as Msgs, not ConsumerRecords (`_light_records`).
-        _light_records()
         consumer = connection.reader(
             s,
             max_partition_fetch_bytes=512 << 10,

@@ -314,8 +314,9 @@ def test_an_audit_on_a_terminal_shows_its_bar_on_stderr_and_its_summary_on_stdou
     assert "auditing" in shown and "Traceback" not in shown
 
 
-async def drain(s, start_ms: int | None, partitions: list[int] | None = None) -> list:
-    """Every record of the events topic from `start_ms` on, as the audit reads them."""
+async def drain(s, start_ms: int | None, partitions: list[int] | None = None, readers: set | None = None) -> list:
+    """Every record of the events topic from `start_ms` on, as the audit reads them (and
+    into `readers`, the types of its connections' stream readers)."""
     from streams.audit.read import TopicRange
 
     r = TopicRange(s, s.events_topic)
@@ -324,6 +325,8 @@ async def drain(s, start_ms: int | None, partitions: list[int] | None = None) ->
     try:
         while not r.finished:
             got += await r.chunk()
+        if readers is not None:
+            readers |= {type(c._reader) for c in r.consumer._client._conns.values()}
     finally:
         await r.close()
     return got
@@ -360,20 +363,25 @@ def test_the_audit_reads_from_a_record_inside_a_fetched_batch_leaving_out_those_
 
 
 def test_the_audit_reads_records_as_msgs_and_other_consumers_as_consumer_records(bootstrap, recorded):
-    """The audit's reader makes a Msg of each record (read.py's `_light_records`); a
-    consumer of the same process that is not the audit's still gets ConsumerRecords."""
+    """The audit's reader makes a Msg of each record (read.py's `_light_records`), and
+    its connections read with a FrameReader (frames.py); a consumer of the same process
+    that is not the audit's still gets ConsumerRecords, through asyncio's reader."""
     import asyncio
 
     from aiokafka import TopicPartition
     from aiokafka.structs import ConsumerRecord
 
+    from streams.audit.frames import FrameReader
     from streams.audit.join import Msg
     from streams.gateway import connection
 
     s, evs, want, _ = recorded
 
+    readers: set = set()
+    others: set = set()
+
     async def read() -> tuple[list, list]:
-        got = await drain(s, None)
+        got = await drain(s, None, readers=readers)
         other = connection.reader(s)
         await connection.start(other, s)
         try:
@@ -386,6 +394,7 @@ def test_the_audit_reads_records_as_msgs_and_other_consumers_as_consumer_records
                 plain = await other.getmany(timeout_ms=1000, max_records=10)
                 if plain:
                     break
+            others.update(type(c._reader) for c in other._client._conns.values())
         finally:
             await other.stop()
         return got, [m for ms in plain.values() for m in ms]
@@ -399,3 +408,4 @@ def test_the_audit_reads_records_as_msgs_and_other_consumers_as_consumer_records
     )
     assert all(m.key == json.loads(m.value)["run_id"].encode() and m.timestamp > 0 for m in got)
     assert plain and all(type(m) is ConsumerRecord for m in plain)
+    assert readers == {FrameReader} and others == {asyncio.StreamReader}
