@@ -354,8 +354,8 @@ class GatewayClient:
     async def compaction_retry(self, run_id: str) -> None:
         await self._send(*self._encode(CompactionRetry(**self._head(run_id))))
 
-    async def end_run(self, run_id: str) -> None:
-        await self._send(*self._encode(RunEnd(**self._head(run_id))))
+    async def end_run(self, run_id: str, agent_id: str | None = None) -> None:
+        await self._send(*self._encode(RunEnd(**self._head(run_id, agent_id))))
         self.aborted.pop(run_id, None)
         self._shadow.pop(run_id, None)
 

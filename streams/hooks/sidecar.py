@@ -135,7 +135,7 @@ class Sidecar:
         run_id = hook.session_id
         agent = self._agent(hook, headers)
         if hook.kind == END:
-            await self.client.end_run(run_id)
+            await self.client.end_run(run_id, agent)
             self._forget(hook)
             return Reply(200)
         if hook.kind == COMPACTION:

@@ -145,8 +145,8 @@ def check_against_replay(bootstrap, s, runtime: str, session: str, seen: list, e
     assert not end or isinstance(events[-1], RunEnd)
     assert {e.gateway_id for e in events} == {"gw-hooks"}
     cwd = PAYLOADS[runtime]("SessionEnd" if runtime != "codex" else "PostCompact", session)["cwd"]
-    # the project directory's name (run_end is sent by GatewayClient.end_run, which takes no agent)
-    assert {e.agent_id for e in events if not isinstance(e, RunEnd)} == {cwd.rsplit("/", 1)[1]}
+    # the project directory's name, on every event of the session, its run_end too
+    assert [e.agent_id for e in events] == [cwd.rsplit("/", 1)[1]] * len(events)
     decisions = replay(events, load_config(json.dumps(CONFIG)))
     deadline = time.monotonic() + 20
     while published(bootstrap, s.decisions_topic, session) != [json.loads(encode(d)) for d in decisions]:
@@ -232,6 +232,20 @@ def test_claude_code_transcript_usage_spends_the_run_budget(bootstrap, live, tmp
     assert [answer("claude-code", "PreToolUse", d.action, d.message) for d in calls[:4] + last] == [
         json.dumps(a, separators=(",", ":")) if a else "" for a in answers
     ]
+
+
+@pytest.mark.parametrize("runtime", list(END_EVENT))
+def test_a_session_end_carries_the_sessions_agent(bootstrap, live, runtime):
+    """run_end is the session's last event and names its agent like the others (the
+    hook's --agent-id here), so per-agent rules and audits see the end as that agent's."""
+    s, _, side = live
+    session = f"agent-end-{runtime}-{uuid.uuid4().hex[:8]}"
+    call, end = RUNTIMES[runtime].call_event, END_EVENT[runtime]
+    for event in (call, end):
+        code, out, err = run_hook(side, runtime, event, PAYLOADS[runtime](event, session), "--agent-id", "reviewer")
+        assert (code, out) == (0, ""), err
+    events = session_events(bootstrap, s.events_topic, session, 2)
+    assert [(type(e), e.agent_id) for e in events] == [(ToolCall, "reviewer"), (RunEnd, "reviewer")]
 
 
 def exchange(port: int, raw: bytes, read: bool = True) -> bytes:
