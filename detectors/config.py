@@ -55,6 +55,43 @@ class Budgets(Struct, frozen=True):
 
 NO_BUDGETS = Budgets()
 
+RULE_DEFAULTS: dict[str, dict[str, int]] = {
+    "failureRepeat": {"consecutive": 3},
+    "cycles": {"maxPeriod": 6, "laps": 3},
+}
+"""`loopwarden.rules`' numbers and their defaults, by rule (semantics.md section 12)."""
+
+
+class Rules(Struct, frozen=True):
+    """An agent's `loopwarden.rules` (semantics.md section 12), resolved: each rule off
+    unless its `enabled` is true."""
+
+    progress_aware: bool = False
+    failure_repeat: bool = False
+    consecutive: int = 3
+    cycles: bool = False
+    max_period: int = 6
+    laps: int = 3
+
+    def on(self) -> bool:
+        """Whether any of them is on (only then is the hashed shape given `rules`)."""
+        return self.progress_aware or self.failure_repeat or self.cycles
+
+    def enabled(self, rule: str) -> bool:
+        """Whether the rule entry `rule` (a detector's `rule`) is on."""
+        return self.failure_repeat if rule == "failureRepeat" else self.cycles if rule == "cycles" else False
+
+    def shape(self) -> dict[str, Any]:
+        """The `rules` object of the hashed shape (wire-format.md, "Config file")."""
+        return {
+            "progressAware": self.progress_aware,
+            "failureRepeat": {"enabled": self.failure_repeat, "consecutive": self.consecutive},
+            "cycles": {"enabled": self.cycles, "maxPeriod": self.max_period, "laps": self.laps},
+        }
+
+
+NO_RULES = Rules()
+
 
 def micro_dollars(usd: float) -> int:
     """`floor(usd * 1000000 + 0.5)`, in IEEE doubles as every language computes it."""
@@ -87,6 +124,11 @@ class AgentConfig(Struct, frozen=True):
     budgets: Budgets | None = None  # None: no ceiling at all (the common case, checked first)
     enforce: bool = True  # false: shadow mode (semantics.md section 10)
     holdout_percent: int = 0  # global: runs held out (section 10)
+    # Section 12 (`loopwarden.rules`): what its detectors read (the `Thresholds` protocol).
+    progress_aware: bool = False
+    consecutive: int = 3
+    max_period: int = 6
+    laps: int = 3
     # No budget, enforced, none held out: an allowed call needs no policy rule (checked
     # on every call, so one field rather than three).
     plain_policy: bool = True
@@ -173,6 +215,7 @@ def resolve(
     idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
     own_policy: AgentPolicy | None = None,
     fleet: FleetPolicy | None = None,
+    rules: Rules = NO_RULES,
 ) -> AgentConfig:
     """Defaults, fallback and clamping over a merged loopDetection block.
 
@@ -237,7 +280,7 @@ def resolve(
     fleet = fleet if fleet is not None else FleetPolicy()
     budgets = policy.budgets
     breaker = fleet.breaker
-    shape = {
+    shape: dict[str, Any] = {
         "enabled": enabled,
         **nums,
         "detectors": switches,
@@ -257,9 +300,19 @@ def resolve(
             },
         },
     }
+    if rules.on():
+        shape["loopwarden"]["rules"] = rules.shape()
     rolling = enabled is True
     guard = enabled is not False
-    on_calls = tuple(d for d in CALL_DETECTORS if d.switch is None or switches[d.switch]) if rolling else ()
+    on_calls = (
+        tuple(
+            d
+            for d in CALL_DETECTORS
+            if (d.switch is None or switches[d.switch]) and (d.rule is None or rules.enabled(d.rule))
+        )
+        if rolling
+        else ()
+    )
     return AgentConfig(
         enabled=enabled,
         history_size=nums["historySize"],
@@ -280,6 +333,10 @@ def resolve(
         budgets=budgets if budgets != NO_BUDGETS else None,
         enforce=policy.enforce,
         holdout_percent=fleet.holdout_percent,
+        progress_aware=rules.progress_aware,
+        consecutive=rules.consecutive,
+        max_period=rules.max_period,
+        laps=rules.laps,
         plain_policy=budgets == NO_BUDGETS and policy.enforce and not fleet.holdout_percent,
     )
 
@@ -362,6 +419,67 @@ def agent_policy(
     return AgentPolicy(Budgets(tokens, cost, calls, cost_usd), enforce_raw is not False)
 
 
+def _paths(block: dict[str, Any], prefix: str = "") -> set[str]:
+    """The dotted paths of every field `block` sets, at any depth."""
+    out = set()
+    for k, v in block.items():
+        out.add(prefix + k)
+        if isinstance(v, dict):
+            out |= _paths(v, f"{prefix}{k}.")
+    return out
+
+
+def agent_rules(
+    glob: dict[str, Any], mine: dict[str, Any] | None, where: str, warnings: list[str]
+) -> Rules:
+    """Merge `loopwarden.rules`, the agent's (`mine`; None: resolving the global block
+    alone) over the global one field by field, nested objects too, and check each merged
+    field (semantics.md section 12). Warnings name only the fields the block at `where`
+    set itself."""
+    raw = glob.get("rules") if mine is None else mine.get("rules")
+    if raw is not None and not isinstance(raw, dict):
+        warnings.append(f"{where}loopwarden.rules: not an object; ignored")
+    own = _paths(raw) if mine is not None and isinstance(raw, dict) else None
+    g = glob.get("rules")
+    merged = g if isinstance(g, dict) else {}
+    if mine is not None and isinstance(raw, dict):
+        merged = _merge(merged, raw)
+    out: list[tuple[str, str]] = []
+    flag = merged.get("progressAware")
+    if flag is not None and not isinstance(flag, bool):
+        out.append(("progressAware", f"{flag!r} is not true or false; off"))
+    on: dict[str, bool] = {}
+    nums: dict[str, int] = {}
+    for rule, defaults in RULE_DEFAULTS.items():
+        block = merged.get(rule)
+        if block is not None and not isinstance(block, dict):
+            out.append((rule, "not an object; ignored"))
+            block = None
+        block = block or {}
+        enabled = block.get("enabled")
+        if enabled is not None and not isinstance(enabled, bool):
+            out.append((f"{rule}.enabled", f"{enabled!r} is not true or false; off"))
+        on[rule] = enabled is True
+        for name, default in defaults.items():
+            v = block.get(name)
+            n = default if v is None else _positive_int(v)
+            if n is None:
+                out.append((f"{rule}.{name}", f"{v!r} is not a positive integer; using the default {default}"))
+                n = default
+            nums[name] = n
+    for path, text in out:
+        if own is None or path in own:
+            warnings.append(f"{where}loopwarden.rules.{path}: {text}")
+    return Rules(
+        flag is True,
+        on["failureRepeat"],
+        nums["consecutive"],
+        on["cycles"],
+        nums["maxPeriod"],
+        nums["laps"],
+    )
+
+
 def fleet_policy(block: dict[str, Any], warnings: list[str]) -> FleetPolicy:
     """`loopwarden.holdoutPercent` and `loopwarden.fleet.toolBreaker`, global only."""
     raw = block.get("holdoutPercent")
@@ -432,7 +550,10 @@ class DetectionConfig:
         """The fleet's tool breaker (semantics.md section 9); None while it is off."""
         base = _block(doc, "", warnings)
         glob_policy = agent_policy(lw, {}, "", warnings, None)
-        self.global_config = resolve(base, "", warnings, idle_timeout_ms=idle, own_policy=glob_policy, fleet=fleet)
+        glob_rules = agent_rules(lw, None, "", warnings)
+        self.global_config = resolve(
+            base, "", warnings, idle_timeout_ms=idle, own_policy=glob_policy, fleet=fleet, rules=glob_rules
+        )
         self._agents: dict[str, AgentConfig] = {}
         self._by_raw_id: dict[str, AgentConfig] = {}
         self._default: AgentConfig = self.global_config
@@ -449,10 +570,13 @@ class DetectionConfig:
             where = f"agents.list[{i}]."
             block = _block(entry, where, warnings)
             mine = _object(entry.get("loopwarden"), f"{where}loopwarden", warnings)
-            for extra in sorted(set(mine) - {"budgets", "enforce"}):
-                warnings.append(f"{where}loopwarden.{extra}: read only at the top level (per agent: budgets, enforce)")
+            for extra in sorted(set(mine) - {"budgets", "enforce", "rules"}):
+                warnings.append(
+                    f"{where}loopwarden.{extra}: read only at the top level (per agent: budgets, enforce, rules)"
+                )
             policy = agent_policy(lw, mine, where, warnings, _own_fields(mine))
-            resolved = resolve(_merge(base, block), where, warnings, _own_fields(block), idle, policy, fleet)
+            rules = agent_rules(lw, mine, where, warnings)
+            resolved = resolve(_merge(base, block), where, warnings, _own_fields(block), idle, policy, fleet, rules)
             aid = _norm_id(entry.get("id"))
             if aid is not None and aid not in self._agents:
                 self._agents[aid] = resolved

@@ -8,6 +8,7 @@ one new state per event, no work beyond the decision for a call nothing fires on
 
 from __future__ import annotations
 
+from msgspec import UNSET
 from msgspec.structs import replace
 
 from .config import AgentConfig, DetectionConfig, micro_dollars
@@ -383,6 +384,8 @@ def _on_result(
     tool, sig, rh, unknown = result_facts(ev)
     if rh is None:
         return replace(state, last_seq=ev.seq, last_ts=ts), _NO_DECISIONS
+    # A failure (section 12): an error (raw mode), `failed` (either mode), or an error's digest.
+    failed = ev.error is not UNSET or ev.failed is True or rh.startswith("error:")
     # Fill the newest entry of this call still waiting for its outcome, else append one.
     history = state.history
     keys = state.history_keys  # a filled entry keeps its key
@@ -396,7 +399,7 @@ def _on_result(
             and r.tool_name == tool
             and (want_id is None or r.tool_call_id == want_id)
         ):
-            filled = HistoryEntry(tool, sig, r.tool_call_id, rh, unknown)
+            filled = HistoryEntry(tool, sig, r.tool_call_id, rh, unknown, failed)
             if i == last:  # the usual case: the result of the newest call
                 history = history[:i] + (filled,)
             else:
@@ -404,7 +407,7 @@ def _on_result(
             break
     else:
         history, keys = _append(
-            history, keys_of(state), HistoryEntry(tool, sig, want_id, rh, unknown), cfg.history_size
+            history, keys_of(state), HistoryEntry(tool, sig, want_id, rh, unknown, failed), cfg.history_size
         )
     left = state.guard_left
     if left <= 0 or not cfg.result_detectors:

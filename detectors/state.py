@@ -22,13 +22,16 @@ ANSWER_CHUNK = 16  # answers are added to `recent_answers`, and moved to `answer
 
 
 class HistoryEntry(Struct, frozen=True, array_like=True, gc=False):
-    """One history entry: a call, and its outcome once the result arrived."""
+    """One history entry: a call, and its outcome once the result arrived. `failed`: the
+    result that gave it its outcome was a failure (semantics.md section 12); trailing, so
+    entries stored before it was kept decode as not failed."""
 
     tool_name: str
     args_hash: str
     tool_call_id: str | None = None
     result_hash: str | None = None
     unknown_tool_name: str | None = None
+    failed: bool = False
 
 
 class GuardEntry(Struct, frozen=True, array_like=True, gc=False):

@@ -17,7 +17,8 @@ from ..state import GuardEntry, HistoryEntry
 
 class Thresholds(Protocol):
     """What a detector reads of its agent's effective config (`config.AgentConfig` has
-    these): the thresholds of semantics.md section 1 and the guard's window. A protocol,
+    these): the thresholds of semantics.md section 1, the guard's window, and the
+    settings of section 12's rules (`loopwarden.rules`). A protocol,
     so the rules need nothing of the config module, which builds on them."""
 
     @property
@@ -30,6 +31,14 @@ class Thresholds(Protocol):
     def global_breaker(self) -> int: ...
     @property
     def window(self) -> int: ...
+    @property
+    def progress_aware(self) -> bool: ...
+    @property
+    def consecutive(self) -> int: ...
+    @property
+    def max_period(self) -> int: ...
+    @property
+    def laps(self) -> int: ...
 
 
 class CallScan:
@@ -152,6 +161,9 @@ class Detector(Generic[ScanT]):
     """The decision's `detector` value."""
     switch: ClassVar[str | None] = None
     """Its switch under `tools.loopDetection.detectors`; None: on whenever its kind is."""
+    rule: ClassVar[str | None] = None
+    """Its entry under `loopwarden.rules` (semantics.md section 12), whose `enabled` must
+    be true for it to run; None: not one of those rules."""
     judges: ClassVar[Literal["tool_call", "tool_result"]]
     """"tool_call": a rolling detector (a CallScan; on only when `enabled` is true);
     "tool_result": the post-compaction guard (a GuardScan; on unless `enabled` is false)."""

@@ -1,4 +1,5 @@
-"""generic_repeat: any other call repeated with identical arguments (rules 7 and 8)."""
+"""generic_repeat: any other call repeated with identical arguments (rules 7 and 8; with
+`loopwarden.rules.progressAware`, rule 8 counts the no-progress streak, semantics.md section 12)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ class GenericRepeat(Detector[CallScan]):
             return None
         if scan.no_progress >= cfg.critical:
             return Verdict("critical", self, scan.no_progress, f"generic:{scan.tool}:{scan.sig}:{scan.latest}")
-        if scan.repeats >= cfg.warning:
-            return Verdict("warning", self, scan.repeats, f"generic:{scan.tool}:{scan.sig}")
+        # Section 12's progress-aware warning counts identical outcomes, not identical calls.
+        n = scan.no_progress if cfg.progress_aware else scan.repeats
+        if n >= cfg.warning:
+            return Verdict("warning", self, n, f"generic:{scan.tool}:{scan.sig}")
         return None
 
     def message(self, action: str, tool: str, count: int | None, paired: str | None) -> str:

@@ -1,4 +1,5 @@
-"""ping_pong: two calls alternating, A B A B… (rules 5 and 6)."""
+"""ping_pong: two calls alternating, A B A B… (rules 5 and 6; with `loopwarden.rules.progressAware`,
+rule 6 warns only with rule 5's no-progress evidence, semantics.md section 12)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from ..state import HistoryEntry
 from .base import CallScan, Detector, Thresholds, Verdict
 
 
-def _utf16(s: str) -> bytes:
+def utf16(s: str) -> bytes:
     return s.encode("utf-16-be", "surrogatepass")  # JavaScript sorts by UTF-16 code units
 
 
@@ -68,9 +69,11 @@ class PingPong(Detector[CallScan]):
         count, paired, paired_sig, evidence = alternation(scan.history, scan.sig)
         if count < cfg.warning or paired_sig is None:
             return None
-        key = "pingpong:" + "|".join(sorted((scan.sig, paired_sig), key=_utf16))
+        key = "pingpong:" + "|".join(sorted((scan.sig, paired_sig), key=utf16))
         if count >= cfg.critical and evidence:
             return Verdict("critical", self, count, key, paired)
+        if cfg.progress_aware and not evidence:  # section 12: an alternation that progresses
+            return None
         return Verdict("warning", self, count, key, paired)
 
     def message(self, action: str, tool: str, count: int | None, paired: str | None) -> str:

@@ -26,6 +26,8 @@ DETECTOR_SHORT = {
     "ping_pong": "pingpong",
     "unknown_tool_repeat": "no-tool",
     "global_circuit_breaker": "breaker",
+    "failure_repeat": "failing",
+    "cycle": "cycle",
     "compaction_loop_persisted": "compaction",
     "run_budget": "budget",
     "fleet_tool_breaker": "fleet",
@@ -213,15 +215,18 @@ def runs_table(runs: list[dict[str, Any]], width: int) -> Table:
 # --- the other sections ----------------------------------------------------------------------
 
 
-def _detector_table(snap: dict[str, Any], width: int) -> Table | None:
+def _detector_table(snap: dict[str, Any], width: int, cap: int | None = None) -> Table | None:
+    """The detectors by total, most first; past `cap` rows, the rest summed in one."""
     from rich.table import Table
 
     per_min = snap.get("per_minute_by_detector") or {}
-    names = sorted(
-        set(snap.get("detectors") or {}) | set(per_min), key=lambda d: (-(snap.get("detectors") or {}).get(d, 0), d)
-    )
+    totals = snap.get("detectors") or {}
+    names = sorted(set(totals) | set(per_min), key=lambda d: (-totals.get(d, 0), d))
     if not names:
         return None
+    rest: list[str] = []
+    if cap is not None and len(names) > cap:
+        names, rest = names[: cap - 1], names[cap - 1 :]
     name_w = min(25, max(len(n) for n in names))
     if width < name_w + 38:
         name_w = max(8, min(name_w, width - 38))
@@ -236,7 +241,14 @@ def _detector_table(snap: dict[str, Any], width: int) -> Table | None:
             fmt_rate(m.get("warn", 0.0)),
             fmt_rate(m.get("block", 0.0)),
             fmt_rate(m.get("abort", 0.0)),
-            f"{(snap.get('detectors') or {}).get(d, 0):,}",
+            f"{totals.get(d, 0):,}",
+        )
+    if rest:
+        rates = [sum((per_min.get(d) or {}).get(a, 0.0) for d in rest) for a in ("warn", "block", "abort")]
+        t.add_row(
+            cut_end(f"{len(rest)} others", name_w),
+            *(fmt_rate(r) for r in rates),
+            f"{sum(totals.get(d, 0) for d in rest):,}",
         )
     return t
 
@@ -343,7 +355,8 @@ def render(snap: dict[str, Any], width: int, height: int | None = None) -> Group
     lines = 2
     gw_cap = 20 if height is None else (3 if height < 32 else 8)
 
-    det = _detector_table(snap, width if width < 120 else width // 2 - 2)
+    det_cap = None if height is None else (5 if height < 32 else 10)
+    det = _detector_table(snap, width if width < 120 else width // 2 - 2, det_cap)
     det_lines = 1 + len(det.rows) if det is not None else 1
     gw, gw_rows = _gateway_table(snap, width if width < 120 else width // 2 - 2, gw_cap)
     gw_lines = 1 + gw_rows if gw is not None else 1

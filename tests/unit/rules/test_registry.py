@@ -6,7 +6,7 @@ pin what must not change: the first-match order of today's six, and the derivati
 from __future__ import annotations
 
 from detectors import DetectionConfig
-from detectors.rules import BY_NAME, NAMES, REGISTRY, SWITCHES
+from detectors.rules import BY_NAME, NAMES, REGISTRY, RULES, SWITCHES
 
 TODAY = (
     "unknown_tool_repeat",
@@ -40,9 +40,11 @@ def test_each_agent_holds_the_detectors_switched_on_for_it_in_order():
     c = DetectionConfig(
         {
             "tools": {"loopDetection": {"enabled": True}},
+            "loopwarden": {"rules": {"failureRepeat": {"enabled": True}, "cycles": {"enabled": True}}},
             "agents": {
                 "list": [
                     {"id": "a", "tools": {"loopDetection": {"detectors": {"pingPong": False, "genericRepeat": False}}}},
+                    {"id": "no-cycles", "loopwarden": {"rules": {"cycles": {"enabled": False}}}},
                     {"id": "unset", "tools": {"loopDetection": {"enabled": None}}},
                     {"id": "off", "tools": {"loopDetection": {"enabled": False}}},
                 ]
@@ -56,6 +58,7 @@ def test_each_agent_holds_the_detectors_switched_on_for_it_in_order():
 
     assert names(None) == list(NAMES)
     assert names("a") == [n for n in NAMES if n not in ("ping_pong", "generic_repeat")]
+    assert names("no-cycles") == [n for n in NAMES if n != "cycle"]
     assert names("unset") == [d.name for d in REGISTRY if d.judges == "tool_result"]
     assert names("off") == []
     new_call = [d.name for d in c.global_config.new_call_detectors]
@@ -72,3 +75,27 @@ def test_a_switch_that_is_not_a_boolean_is_named_and_stays_on():
     c = DetectionConfig({"tools": {"loopDetection": {"enabled": True, "detectors": {"pingPong": "no", "other": 1}}}})
     assert c.warnings == ("tools.loopDetection.detectors.pingPong: 'no' is not true or false; using true",)
     assert c.global_config.switched_on("pingPong")
+
+
+def test_section_12_rules_sit_at_rules_2a_and_5a():
+    """failure_repeat after the global breaker (rule 2) and before the known poll (rule 3);
+    cycle after ping-pong (rule 5) and before the generic repeat (rules 7 and 8)."""
+    order = list(NAMES)
+    assert order.index("global_circuit_breaker") + 1 == order.index("failure_repeat")
+    assert order.index("failure_repeat") + 1 == order.index("known_poll_no_progress")
+    assert order.index("ping_pong") + 1 == order.index("cycle") == order.index("generic_repeat") - 1
+    assert RULES == ("failureRepeat", "cycles")
+    assert BY_NAME["failure_repeat"].switch is BY_NAME["cycle"].switch is None
+
+
+def test_section_12_rules_are_off_unless_enabled_is_true():
+    def names(doc: dict) -> list[str]:
+        return [d.name for d in DetectionConfig(doc).global_config.call_detectors]
+
+    on = {"tools": {"loopDetection": {"enabled": True}}}
+    assert "failure_repeat" not in names(on) and "cycle" not in names(on)
+    rules = {"failureRepeat": {"enabled": "yes"}, "cycles": {"enabled": True}}
+    assert "cycle" in names({**on, "loopwarden": {"rules": rules}})
+    assert "failure_repeat" not in names({**on, "loopwarden": {"rules": rules}})
+    # enabled unset or false (section 1.5): no rolling detector at all, these neither
+    assert names({"loopwarden": {"rules": rules}}) == []
