@@ -312,6 +312,7 @@ class HttpServer:
             self.sidecar.counts["bad_input"] += 1
             reply = self.sidecar.no_decision(path[0], path[1], policy, cause)
             await self._send(writer, Reply(413 if reply.status == 400 else reply.status, reply.body, cause), False)
+            await _discard(reader, writer, int(length))
             return False
         body = await asyncio.wait_for(reader.readexactly(int(length)), _BODY_S)
         reply = await self.sidecar.handle(path[0], path[1], body, headers)
@@ -331,6 +332,24 @@ class HttpServer:
             head.append(f"X-Loopwarden-Error: {one_line}")
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
         await writer.drain()
+
+
+async def _discard(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, length: int) -> None:
+    """Read and drop a refused body (up to `length` bytes, for at most _BODY_S), the answer
+    already sent and the sending side shut. Closing with the body unread would reset the
+    connection, and a client still sending (loopwarden-hook sends all before it reads)
+    would see the reset, not the answer."""
+    if writer.can_write_eof():
+        writer.write_eof()  # a client reading to the end has the answer now
+    try:
+        async with asyncio.timeout(_BODY_S):
+            while length > 0:
+                chunk = await reader.read(min(length, 1 << 20))
+                if not chunk:
+                    return
+                length -= len(chunk)
+    except (TimeoutError, ConnectionError):
+        pass
 
 
 def parse_listen(text: str) -> tuple[str, int]:

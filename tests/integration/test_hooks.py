@@ -248,6 +248,26 @@ def test_a_session_end_carries_the_sessions_agent(bootstrap, live, runtime):
     assert [(type(e), e.agent_id) for e in events] == [(ToolCall, "reviewer"), (RunEnd, "reviewer")]
 
 
+def test_input_over_the_sidecars_limit_is_refused_naming_the_limit_not_a_reset(live):
+    """With the hook's --max-input-bytes above the sidecar's (16 MiB), a 20 MiB input
+    reaches the sidecar, which refuses it (413) and reads the body it refused, so the hook
+    gets the answer and reports its cause, not a reset connection."""
+    _, _, side = live
+    payload = PAYLOADS["claude-code"]("PreToolUse", f"big-{uuid.uuid4().hex[:8]}", tool_input={"content": ""})
+    raw = json.dumps(payload).encode()
+    raw = raw.replace(b'"content": ""', b'"content": "' + b"x" * ((20 << 20) - len(raw)) + b'"')
+    assert len(raw) == 20 << 20
+    cause = "the hook's input is 20971520 bytes, over loopwarden's limit of 16777216"
+    hook = [str(HOOK), "claude-code", "PreToolUse", "--url", side.url, "--max-input-bytes", str(32 << 20)]
+    p = subprocess.run(hook, input=raw, capture_output=True, timeout=60)
+    assert (p.returncode, p.stdout, p.stderr) == (1, b"", f"loopwarden-hook: {cause}\n".encode())
+    p = subprocess.run([*hook, "--fail-closed"], input=raw, capture_output=True, timeout=60)
+    assert (p.returncode, p.stderr) == (0, f"loopwarden-hook: {cause}\n".encode())
+    deny = answer("claude-code", "PreToolUse", "block", f"{cause}; the call is denied (fail-closed)")
+    assert p.stdout.decode() == deny + "\n"
+    assert side.alive()
+
+
 def exchange(port: int, raw: bytes, read: bool = True) -> bytes:
     got = b""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as c:
