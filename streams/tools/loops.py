@@ -1,5 +1,6 @@
-"""The catalogue of runs: a normal run and every kind of loop of semantics.md, each
-saying how its calls and results look, step by step.
+"""The catalogue of runs: normal runs (every call different; paging through a file;
+editing and rerunning a test) and every kind of loop of semantics.md, each saying how its
+calls and results look, step by step.
 
 One place for the simulator (`streams/tools/simulate.py`), the benchmark trace
 (`benchmarks/trace.py`) and the property tests' event streams (`tests/events.py`). A
@@ -34,6 +35,7 @@ class Kind(NamedTuple):
     step: Callable[[int, random.Random], Step]  # step i; only a normal run draws from the rng
     agent_id: str | None = None  # the agent it runs as (None: the default agent)
     compaction_at: int | None = None  # a compaction_retry comes before this step
+    rules: bool = False  # only section 12's rules (`loopwarden.rules`) stop it, or keep it unflagged
 
 
 def result(text: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -76,7 +78,55 @@ def _unknown(i: int, rng: random.Random) -> Step:
     return Step("web_search", {"q": f"query {i}", "pad": "u" * 150}, None, "Unknown tool: web_search")
 
 
+def _paging(i: int, rng: random.Random) -> Step:
+    """Paging through a long file with the same call: every page different (progress)."""
+    return Step("scroll_down", {"file": "/workspace/src/big_module.py", "pad": "s" * 120}, _page(i))
+
+
+def _page(i: int) -> str:
+    return "\n".join(f"{n}: line {n} of big_module.py" for n in range(i * 20, i * 20 + 20))
+
+
+def _test_rerun(i: int, rng: random.Random) -> Step:
+    """Edit, rerun the same test, edit again: each edit different, each test run's output
+    too (fewer failures each time), as an agent fixing a bug works."""
+    if i % 2 == 0:
+        params = {"path": "/workspace/src/app.py", "old": f"step {i}", "new": f"step {i + 2}", "pad": "e" * 80}
+        return Step("edit", params, f"edited /workspace/src/app.py (change {i // 2})")
+    left = max(0, 12 - i // 2)
+    return Step("exec", {"command": "python -m pytest tests/test_app.py -q"}, f"{left} failed, {40 - left} passed")
+
+
+def _failing_retry(i: int, rng: random.Random) -> Step:
+    """An edit whose old text is not in the file, retried: slightly varied at first, then
+    the same call again and again, with the same error every time."""
+    old = ("retrun value", "retrun  value", "retrun value ")[min(i, 2)]
+    params = {"path": "/workspace/src/app.py", "old": old, "new": "return value", "pad": "f" * 100}
+    return Step("edit", params, None, "old text not found in /workspace/src/app.py")
+
+
+def _cycle(i: int, rng: random.Random) -> Step:
+    """Three calls in a round (open, search, go to a line), each answered the same every time."""
+    steps = (
+        ("open", {"path": "/workspace/src/app.py", "pad": "c" * 100}, "opened /workspace/src/app.py (412 lines)"),
+        ("search", {"query": "def handler", "pad": "c" * 100}, "no matches in /workspace/src/app.py"),
+        ("goto", {"line": 120, "pad": "c" * 100}, "line 120: return value"),
+    )
+    tool, params, text = steps[i % 3]
+    return Step(tool, params, text)
+
+
 NORMAL = Kind("normal", None, _normal)
+# Normal runs that repeat a call while making progress: OpenClaw's generic warning counts
+# them, section 12's progress-aware warning does not (loopwarden.rules.progressAware).
+NORMALS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        NORMAL,
+        Kind("paging", None, _paging, rules=True),
+        Kind("test_rerun", None, _test_rerun, rules=True),
+    )
+}
 # The loops, in the order the simulator deals them out; the first four need no agent
 # config and no compaction (benchmarks/trace.py uses those).
 LOOPS: dict[str, Kind] = {
@@ -90,7 +140,10 @@ LOOPS: dict[str, Kind] = {
         Kind("compaction_loop_persisted", "compaction_loop_persisted", _repeat, compaction_at=3),
         # the repeat with genericRepeat switched off: only the breaker stops it
         Kind("global_circuit_breaker", "global_circuit_breaker", _repeat, agent_id=BREAKER_AGENT),
+        # section 12's loops: the same failing edit retried, a round of three calls
+        Kind("failure_repeat", "failure_repeat", _failing_retry, rules=True),
+        Kind("cycle", "cycle", _cycle, rules=True),
     )
 }
-KINDS: dict[str, Kind] = {NORMAL.name: NORMAL, **LOOPS}
-PLAIN_LOOPS = tuple(k.name for k in LOOPS.values() if k.agent_id is None and k.compaction_at is None)
+KINDS: dict[str, Kind] = {**NORMALS, **LOOPS}
+PLAIN_LOOPS = tuple(k.name for k in LOOPS.values() if k.agent_id is None and k.compaction_at is None and not k.rules)

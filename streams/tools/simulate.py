@@ -1,8 +1,9 @@
 """`loopwarden simulate`: a fleet of gateways running normal and looping agents.
 
 Each gateway keeps M runs going; each run is one scripted agent: a normal one (every call
-different, so it must never be warned or blocked) or one of the loops of semantics.md,
-as streams/tools/loops.py describes them. Before each call the agent reports what its
+different, or a call repeated while making progress: paging through a file, rerunning a
+test after each edit; it must never be warned or blocked) or one of the loops of
+semantics.md, as streams/tools/loops.py describes them. Before each call the agent reports what its
 model call used (a `usage` event: tokens drawn per run, a price per token), so budgets
 apply and audits can count tokens.
 At the end: decision latency, throughput, loops injected vs caught per detector, and
@@ -38,7 +39,7 @@ from ..gateway.client import GatewayClient
 from ..gateway.errors import SettingsError
 from ..gateway.partitioner import partition_for
 from ..gateway.settings import Settings
-from .loops import KINDS, LOOPS, result
+from .loops import KINDS, LOOPS, NORMALS, result
 
 PRICE_PER_TOKEN_USD = 0.000002  # what the simulated model charges
 SWITCH_TIMEOUT_S = 60.0  # how long the workers get to switch to a published holdout config
@@ -89,6 +90,8 @@ class Report:
     missed_by: dict[str, int] = field(default_factory=dict)
     normal_runs: int = 0
     normal_flagged: int = 0
+    normal_by_kind: dict[str, int] = field(default_factory=dict)  # normal runs, by kind (normal, paging, ...)
+    flagged_by_kind: dict[str, int] = field(default_factory=dict)
     degraded: int = 0
     tokens: int = 0
     not_enforced: int = 0  # decisions with enforced false (shadow or held out)
@@ -123,6 +126,10 @@ class Report:
             },
             "normal_runs": self.normal_runs,
             "normal_runs_wrongly_flagged": self.normal_flagged,
+            "normal_runs_by_kind": {
+                k: {"runs": self.normal_by_kind.get(k, 0), "wrongly_flagged": self.flagged_by_kind.get(k, 0)}
+                for k in NORMALS
+            },
             "degraded_decisions": self.degraded,
             "tokens": self.tokens,
             "decisions_not_enforced": self.not_enforced,
@@ -167,8 +174,11 @@ class Agent:
                 break
         await self.c.end_run(self.run_id)
         if kind.detector is None:
-            self.report.normal_runs += 1
-            self.report.normal_flagged += self.flagged
+            rep = self.report
+            rep.normal_runs += 1
+            rep.normal_flagged += self.flagged
+            rep.normal_by_kind[self.kind] = rep.normal_by_kind.get(self.kind, 0) + 1
+            rep.flagged_by_kind[self.kind] = rep.flagged_by_kind.get(self.kind, 0) + self.flagged
         else:
             self.report.injected[self.kind] = self.report.injected.get(self.kind, 0) + 1
             self.report.caught[self.kind] = self.report.caught.get(self.kind, 0) + self.caught
@@ -241,13 +251,17 @@ async def simulate(
     report = Report()
     deadline = time.monotonic() + seconds
     kinds = list(LOOPS)
+    normals = list(NORMALS)
     think = (think_ms[0] / 1000, think_ms[1] / 1000)
 
     async def slot(client: GatewayClient, g: int, s: int) -> None:
         rng = random.Random(seed * 1000003 + g * 1009 + s)
         n = 0
         while time.monotonic() < deadline:
-            kind = kinds[(n + s) % len(kinds)] if rng.random() < loop_share else "normal"
+            if rng.random() < loop_share:
+                kind = kinds[(n + s) % len(kinds)]
+            else:
+                kind = normals[(n + g) % len(normals)]
             run_id = f"sim-{seed}-g{g}-s{s}-r{n}"
             await Agent(client, run_id, kind, rng, think, report, on_decision, usage).run()
             n += 1
