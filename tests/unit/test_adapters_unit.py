@@ -283,3 +283,35 @@ def test_openai_guard_reports_each_agents_usage_under_its_own_id_across_a_handof
     usages = [(e.agent_id, e.input_tokens, e.output_tokens) for e in worker.events if isinstance(e, Usage)]
     assert usages == [("main", 300, 100), ("helper", 10, 5), ("helper", 10, 5)]
     assert "handoff:main>helper" in hooks.seen  # the SDK passes a handoff's hook arguments by keyword
+
+
+# --- section 12's detectors reach the model like every block --------------------------------
+
+RULES = load_config(
+    json.dumps(
+        {
+            "tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}},
+            "loopwarden": {"rules": {"progressAware": True, "cycles": {"enabled": True}}},
+        }
+    )
+)
+ROUND = [("read_file", {"path": p}) for p in ("a.py", "b.py", "c.py")] * 3 + [("read_file", {"path": "a.py"})]
+
+
+@pytest.mark.parametrize("framework", ["langchain", "openai-agents"])
+def test_a_cycle_is_blocked_and_the_model_reads_why(framework):
+    if framework == "langchain":
+        decisions, inputs, ran, ended = lc_run(FakeWorker(RULES), ROUND)
+        shown = inputs[-1][-1]
+        assert isinstance(shown, ToolMessage) and shown.status == "error"
+        text = shown.content
+    else:
+        decisions, model, ran, ended = oa_run(FakeWorker(RULES), ROUND)
+        text = last_output(model.inputs[-1])[1]
+    assert ended is None and ran == ["read_file"] * 9  # the 10th call, a 4th round, did not run
+    block = decisions[-1]
+    assert (block.action, block.detector, block.count) == ("block", "cycle", 10)
+    assert text == block.message and "cycle" in text and "read_file" in text
+    # nothing before it: each path's identical outputs were a streak of 2 (progress-aware
+    # warnings count the streak; OpenClaw's count of repeats would have warned at 3)
+    assert {(d.action, d.level) for d in decisions[:-1]} == {("allow", "none")}

@@ -488,3 +488,26 @@ def test_a_failed_tool_is_sent_as_failed_in_privacy_mode_and_as_its_error_in_raw
     else:
         assert failed["error"] == "exit 2" and null_error["error"] is None and "error" not in ok
         assert "failed" not in failed and "failed" not in ok
+
+
+@pytest.mark.parametrize("privacy", [True, False])
+def test_the_same_failing_call_is_blocked_by_failure_repeat_in_either_mode(privacy):
+    rules = {"failureRepeat": {"enabled": True, "consecutive": 3}}
+    worker = FakeWorker(
+        load_config(json.dumps({"tools": {"loopDetection": {"enabled": True}}, "loopwarden": {"rules": rules}}))
+    )
+
+    async def main():
+        c = offline("gw-1", worker, privacy=privacy)
+        out = []
+        for i in range(4):
+            d = await c.check("r", "edit", {"path": "a.py", "old": "x"}, tool_call_id=f"c{i}")
+            out.append(d)
+            if d.action != "block":
+                await c.result("r", "edit", {"path": "a.py", "old": "x"}, tool_call_id=f"c{i}", error="not found")
+        return out
+
+    ds = asyncio.run(main())
+    assert [d.action for d in ds] == ["allow"] * 3 + ["block"]
+    assert (ds[-1].detector, ds[-1].count) == ("failure_repeat", 3)
+    assert ds[-1].message is not None and ds[-1].message.startswith("Blocked: edit failed 3 times in a row")

@@ -142,6 +142,23 @@ test("a fleet block is shown to the model like any block; an operator's stop abo
   assert.match(logs[1].message, /^loopwarden abort read in run run-s \(operator_stop\): incident 42/);
 });
 
+test("section 12's blocks (failure_repeat, cycle) reach the model with their message, and the run goes on", async () => {
+  const failing = { action: "block" as const, level: "critical" as const, detector: "failure_repeat", count: 3,
+    message: "Blocked: edit failed 3 times in a row with identical arguments and the same error." };
+  const cycle = { action: "block" as const, level: "critical" as const, detector: "cycle", count: 10,
+    message: "Blocked: calling open now would start another round of a cycle of calls that kept getting the same outputs (10 calls)." };
+  const { run, sent, logs } = scriptedRun([failing, cycle, "allow"]);
+  const f = await run.call("edit", { path: "a.py", old: "x" }, () => output("never"));
+  assert.deepEqual([f.ran, f.text, f.result.details?.status], [false, failing.message, "blocked"]);
+  const c = await run.call("open", { path: "a.py" }, () => output("never"));
+  assert.deepEqual([c.ran, c.text, c.result.details?.status], [false, cycle.message, "blocked"]);
+  const r = await run.call("read", { path: "b.py" }, () => output("contents"));
+  assert.deepEqual([r.ran, r.text], [true, "contents"]); // a block is no abort: the run goes on
+  assert.match(logs[0].message, /^loopwarden block edit in run run-s \(failure_repeat\): Blocked: edit failed 3 times/);
+  assert.match(logs[1].message, /^loopwarden block open in run run-s \(cycle\): Blocked: calling open/);
+  assert.deepEqual(sent.slice(0, 3), ["call edit", "call open", "call read"]);
+});
+
 test("llm_output: the attempt's usage is reported, cached prompt tokens as input, the cost when OpenClaw priced it", async () => {
   const { run, sent } = scriptedRun([]);
   await run.llmOutput({ input: 700, cacheRead: 150, cacheWrite: 50, output: 100, total: 1000 });
