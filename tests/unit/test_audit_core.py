@@ -407,3 +407,20 @@ def test_a_config_added_to_the_book_after_the_events_began_is_refused():
         assert "after its events began" in str(exc)
     else:
         raise AssertionError("a config added mid-audit was taken silently")
+
+
+def test_section_12_decisions_are_audited_like_any_and_counted_by_detector():
+    rules = {"tools": {"loopDetection": {"enabled": True}}}
+    rules["loopwarden"] = {"rules": {"progressAware": True, "failureRepeat": {"enabled": True}}}
+    evs = run_events("ok") + [dict(e, run_id="bad", result=None, error="boom") for e in run_events("bad", n=5)]
+    for e in evs:
+        if e["run_id"] == "bad" and e["type"] == "tool_result":
+            del e["result"]
+    ds = decided(evs, rules)
+    a = Audit(ConfigBook(DetectionConfig(rules)), Window(grace_ms=10_000), complete=lambda p: True)
+    a.recorded(msgs(ds, "gateway_id"))
+    a.events(msgs(evs, "run_id"))
+    a.finish()
+    s = a.summary(1.0)
+    assert s["matched"] == len(ds) and a.clean()
+    assert s["by_detector"] == {"failure_repeat": 2}  # the 4th and 5th calls of run bad; run ok never warned
