@@ -3,6 +3,7 @@ older revision, all timed in one run on the same file.
 
     python -m benchmarks.replay [--events 200000] [--baseline 952cf5e] [--repeat 3]
     python -m benchmarks.replay --input TRACE.jsonl --config CONFIG.json
+    python -m benchmarks.replay --against-config examples/config.json5
 
 Prints one JSON object. Three commands are timed in rounds, in rotating order, each in a
 subprocess (interpreter start-up included): the floor (`../shared/tools/replay_floor.py`,
@@ -99,6 +100,12 @@ def main() -> None:
     ap.add_argument("--config", help="its config (with --input; default: the generated trace's config)")
     ap.add_argument("--baseline", default="952cf5e", help="the older revision to time beside this checkout")
     ap.add_argument("--repeat", type=int, default=3, help="rounds; each command runs once per round")
+    ap.add_argument(
+        "--against-config",
+        metavar="CONFIG",
+        help="also time this checkout with a second config in the same rounds (e.g. examples/config.json5 beside "
+        "the trace's OpenClaw config), reported as current_against",
+    )
     ap.add_argument("--no-profile", action="store_true")
     args = ap.parse_args()
 
@@ -140,6 +147,10 @@ def main() -> None:
                 "baseline": (replay + [out["baseline"]], wt),
                 "current": (replay + [out["current"]], str(ROOT)),
             }
+            if args.against_config:
+                other = [a if a != cfg else os.path.abspath(args.against_config) for a in replay]
+                out["current_against"] = os.path.join(d, "current_against.jsonl")
+                commands["current_against"] = (other + [out["current_against"]], str(ROOT))
             times: dict[str, list[float]] = {k: [] for k in commands}  # CPU seconds
             walls: dict[str, list[float]] = {k: [] for k in commands}
             names = list(commands)
@@ -171,6 +182,16 @@ def main() -> None:
             "wall_ratio_to_floor": round(min(walls[k]) / min(walls["floor"]), 2),
         }
 
+    against: dict[str, object] = {}
+    if args.against_config:
+        against = {
+            "current_against": {"config": args.against_config, **row("current_against")},
+            # above 1: the second config replays slower than the first, by that factor
+            "against_over_current_cpu": round(min(times["current_against"]) / min(times["current"]), 3),
+            "against_over_current_cpu_median": round(
+                statistics.median(times["current_against"]) / statistics.median(times["current"]), 3
+            ),
+        }
     print(
         json.dumps(
             {
@@ -182,6 +203,7 @@ def main() -> None:
                 "floor": row("floor"),
                 "baseline": {"rev": rev, **row("baseline")},
                 "current": row("current"),
+                **against,
                 "goal_ratio_to_floor": GOAL_RATIO,
                 "current_over_baseline_speed": round(min(times["baseline"]) / min(times["current"]), 2),
                 "identical_output": identical,
