@@ -6,6 +6,8 @@ loopwarden.
                   answers it understands (standard library only)
     hook.py       `loopwarden-hook RUNTIME EVENT`, the command hook: stdin to the
                   sidecar, its answer to stdout (standard library only, starts fast)
+    fast_hook.c   the same hook as a C program, with no interpreter to start; the
+                  default of `hooks install`, which builds it (fast.py)
     sidecar.py    `loopwarden hooks serve`: one GatewayClient behind a local HTTP
                   endpoint per runtime and hook event
     transcripts.py  model usage read from a runtime's transcript, for run budgets

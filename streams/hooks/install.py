@@ -14,8 +14,14 @@ the runtime's hook config written or merged, keeping everything else in it.
 - Gemini CLI: `.gemini/settings.json` (or `~/.gemini/settings.json`), BeforeTool,
   AfterTool, PreCompress and SessionEnd (timeout in milliseconds, name `loopwarden`).
 
+The command is the fast hook (streams/hooks/fast.py: a C program built here with the
+machine's compiler, no interpreter start per call), or, where it cannot be built or does
+not pass its self-test, the Python hook `loopwarden-hook`, with the cause on stderr;
+`--hook-command` names another.
+
 JSON files keep every other key and hook; loopwarden's own earlier entries (a
-`loopwarden-hook` command, or an http hook to the sidecar) are replaced. A file that is
+`loopwarden-hook` or `loopwarden-hook-fast` command, or an http hook to the sidecar) are
+replaced. A file that is
 not plain JSON (JSON with comments) is refused rather than rewritten without them.
 `--print` shows the file as it would be written and writes nothing.
 """
@@ -36,6 +42,7 @@ from typing import Any
 
 from detectors.errors import LoopwardenError
 
+from . import fast
 from .runtimes import RUNTIMES
 
 TIMEOUT_S = 15  # the runtimes' hook timeout: above loopwarden-hook's own 10 s
@@ -73,6 +80,20 @@ def default_exe() -> str:
         return "loopwarden-hook"
     beside = Path(sys.executable).parent / "loopwarden-hook"
     return str(beside) if beside.exists() else "loopwarden-hook"
+
+
+def hook_exe(given: str | None, build: bool) -> str:
+    """The command the runtime runs: `given` (--hook-command) as it is; else the fast hook,
+    built when missing or stale (unless not `build`: --print writes nothing); else the
+    Python hook, saying on stderr why."""
+    if given:
+        return given
+    python_hook = default_exe()
+    try:
+        return fast.ensure(python_hook, build_it=build)
+    except fast.Unavailable as exc:
+        print(f"loopwarden hooks: writing the Python hook {python_hook}: no fast hook: {exc}", file=sys.stderr)
+        return python_hook
 
 
 def _ours(handler: object, runtime: str) -> bool:
@@ -218,7 +239,8 @@ def run_install(args: argparse.Namespace) -> int:
     if args.url:
         flags += ["--url", args.url]
     http_url = (args.url or "http://127.0.0.1:7077") if args.http else None
-    p = plan(args.runtime, path, exe=args.hook_command or default_exe(), flags=flags, http_url=http_url)
+    exe = "loopwarden-hook" if http_url else hook_exe(args.hook_command, build=not args.print)
+    p = plan(args.runtime, path, exe=exe, flags=flags, http_url=http_url)
     if args.print:
         sys.stdout.write(p.text)
         return 0

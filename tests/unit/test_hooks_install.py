@@ -9,12 +9,16 @@ without writing by --print."""
 from __future__ import annotations
 
 import json
+import os
 import tomllib
+from pathlib import Path
 
 import pytest
 
 from detectors.errors import LoopwardenError
 from streams.cli import main
+from streams.hooks import fast
+from streams.hooks import install as install_mod
 from streams.hooks.install import MARK_BEGIN, config_path, plan
 from streams.hooks.runtimes import RUNTIMES
 
@@ -136,3 +140,57 @@ def test_user_config_paths():
     assert str(config_path("codex", None, True, env)) == "/home/u/.codex/config.toml"
     assert str(config_path("codex", None, True, {**env, "CODEX_HOME": "/srv/codex"})) == "/srv/codex/config.toml"
     assert str(config_path("codex", "/p", False, env)) == "/p/.codex/config.toml"
+
+
+def test_install_writes_the_fast_hook_built_here_and_keeps_it_while_current(tmp_path, monkeypatch, capsys):
+    built = tmp_path / "bin" / fast.NAME
+    monkeypatch.setattr(fast, "destination", lambda python_hook, env=None: built)
+    project = tmp_path / "project"
+    assert main(["hooks", "install", "codex", "--project", str(project), "--print"]) == 0
+    assert f'command = "{built} codex PreToolUse"' in capsys.readouterr().out
+    assert not built.exists()  # --print builds nothing
+    assert main(["hooks", "install", "claude-code", "--project", str(project), "--fail-closed"]) == 0
+    data = json.loads((project / ".claude" / "settings.json").read_text())
+    command = data["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
+    assert command == f"{built} claude-code PreToolUse --fail-closed"
+    assert os.access(built, os.X_OK) and fast.is_current(built, fast.python_hook_path(install_mod.default_exe()))
+    stamp = built.stat().st_mtime_ns
+    assert main(["hooks", "install", "gemini-cli", "--project", str(project)]) == 0
+    assert built.stat().st_mtime_ns == stamp  # current: not built again
+    gemini = json.loads((project / ".gemini" / "settings.json").read_text())
+    assert gemini["hooks"]["BeforeTool"][0]["hooks"][0]["command"] == f"{built} gemini-cli BeforeTool"
+    capsys.readouterr()
+    # an earlier Python hook's entries are loopwarden's own: replaced, not kept beside
+    assert install("claude-code", "--project", str(project)) == 0
+    assert main(["hooks", "install", "claude-code", "--project", str(project)]) == 0
+    pre = json.loads((project / ".claude" / "settings.json").read_text())["hooks"]["PreToolUse"]
+    assert [h["hooks"][0]["command"] for h in pre] == [f"{built} claude-code PreToolUse"]
+
+
+def test_without_a_compiler_install_writes_the_python_hook_and_says_why(tmp_path, monkeypatch, capsys):
+    built = tmp_path / "bin" / fast.NAME
+    monkeypatch.setattr(fast, "destination", lambda python_hook, env=None: built)
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert main(["hooks", "install", "claude-code", "--project", str(tmp_path)]) == 0
+    command = json.loads((tmp_path / ".claude" / "settings.json").read_text())["hooks"]["SessionEnd"][0]["hooks"][0]
+    assert command["command"] == f"{install_mod.default_exe()} claude-code SessionEnd"
+    err = capsys.readouterr().err
+    assert f"no fast hook: the C compiler {tmp_path / 'no-such-cc'} (CC) is not there" in err
+    assert not built.exists()
+    monkeypatch.setenv("CC", "false")  # a "compiler" that fails: the build's failure is named
+    assert main(["hooks", "install", "codex", "--project", str(tmp_path)]) == 0
+    assert "no fast hook: false could not build fast_hook.c" in capsys.readouterr().err
+    assert (
+        f'command = "{install_mod.default_exe()} codex PreToolUse"' in (tmp_path / ".codex" / "config.toml").read_text()
+    )
+
+
+def test_a_fast_hook_that_answers_otherwise_than_python_is_not_installed(tmp_path, monkeypatch):
+    monkeypatch.setattr(fast, "SOURCE", tmp_path / "fast_hook.c")
+    wrong = (
+        (Path(fast.__file__).with_name("fast_hook.c")).read_text().replace('"loopwarden-hook: "', '"loopwarden hook: "')
+    )
+    (tmp_path / "fast_hook.c").write_text(wrong)
+    with pytest.raises(fast.Unavailable, match="answered .* where the Python hook answers"):
+        fast.build(fast.python_hook_path(install_mod.default_exe()), tmp_path / "out" / fast.NAME)
+    assert not (tmp_path / "out" / fast.NAME).exists()
