@@ -1,5 +1,6 @@
 """The runtimes' hooks on a real broker and a real worker: `loopwarden hooks serve` as a
-process, each hook a real `loopwarden-hook` process fed the runtime's documented input
+process, each hook a real `loopwarden-hook` process, and again the fast hook (the C program `hooks
+install` builds, streams/hooks/fast.py), fed the runtime's documented input
 (tests/unit/test_hooks_payloads.py cites the pages: Claude Code
 https://code.claude.com/docs/en/hooks, Codex https://developers.openai.com/codex/hooks,
 Gemini CLI https://github.com/google-gemini/gemini-cli/blob/main/docs/hooks/reference.md).
@@ -19,6 +20,7 @@ import socket
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +28,7 @@ from benchmarks.hooks import HOOK, SidecarProcess
 from detectors import replay
 from detectors.config import load_config
 from detectors.wire import RunEnd, ToolCall, decode_event, encode
+from streams.hooks import fast
 from streams.hooks.runtimes import RUNTIMES, answer
 from tests.integration.harness import consume, fresh_worker
 from tests.unit.test_hooks_payloads import PAYLOADS
@@ -66,14 +69,27 @@ def live(stack):
     s, w, side = stack
     if not w.alive():
         w.start()
-    assert side.alive()
+    if not side.alive():  # a test stopped it
+        side.start()
     return stack
 
 
-def run_hook(side, runtime: str, event: str, payload: dict, *flags: str) -> tuple[int, str, str]:
+@pytest.fixture(scope="module")
+def fast_hook(tmp_path_factory) -> Path:
+    """The fast hook, built as `hooks install` builds it (a C compiler is needed)."""
+    return fast.build(str(HOOK), tmp_path_factory.mktemp("fast-hook") / fast.NAME)
+
+
+@pytest.fixture(params=["python", "fast"])
+def hook(request) -> Path:
+    """Each hook test runs with the Python hook and with the fast hook."""
+    return HOOK if request.param == "python" else request.getfixturevalue("fast_hook")
+
+
+def run_hook(hook: Path, side, runtime: str, event: str, payload: dict, *flags: str) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_PROJECT_DIR", "GEMINI_PROJECT_DIR")}
     p = subprocess.run(
-        [str(HOOK), runtime, event, "--url", side.url, *flags],
+        [str(hook), runtime, event, "--url", side.url, *flags],
         input=json.dumps(payload).encode(),
         capture_output=True,
         timeout=60,
@@ -99,7 +115,7 @@ def published(bootstrap: str, topic: str, run_id: str) -> list[dict]:
     return [d for d in out if d["run_id"] == run_id]
 
 
-def drive(side, runtime: str, session: str, calls: list[tuple[dict, object]], end: bool) -> list[tuple]:
+def drive(hook: Path, side, runtime: str, session: str, calls: list[tuple[dict, object]], end: bool) -> list[tuple]:
     """Each call through the runtime's call hook and, unless denied, its result hook;
     then the session-end hook. [(hook event, exit code, stdout)], in order."""
     make, rt = PAYLOADS[runtime], RUNTIMES[runtime]
@@ -107,7 +123,7 @@ def drive(side, runtime: str, session: str, calls: list[tuple[dict, object]], en
     for i, (tool_input, output) in enumerate(calls):
         extra = {"tool_use_id": f"call-{i}"} if runtime != "gemini-cli" else {}
         code, out, err = run_hook(
-            side, runtime, rt.call_event, make(rt.call_event, session, tool_input=tool_input, **extra)
+            hook, side, runtime, rt.call_event, make(rt.call_event, session, tool_input=tool_input, **extra)
         )
         assert code == 0 and "Traceback" not in err, err
         seen.append((rt.call_event, code, out))
@@ -115,12 +131,12 @@ def drive(side, runtime: str, session: str, calls: list[tuple[dict, object]], en
         if not denied:
             ev = RESULT_EVENT[runtime]
             code, out, err = run_hook(
-                side, runtime, ev, make(ev, session, tool_input=tool_input, tool_response=output, **extra)
+                hook, side, runtime, ev, make(ev, session, tool_input=tool_input, tool_response=output, **extra)
             )
             assert code == 0, err
             seen.append((ev, code, out))
     if end:
-        code, out, err = run_hook(side, runtime, END_EVENT[runtime], make(END_EVENT[runtime], session))
+        code, out, err = run_hook(hook, side, runtime, END_EVENT[runtime], make(END_EVENT[runtime], session))
         assert (code, out) == (0, ""), err
     return seen
 
@@ -159,11 +175,11 @@ def check_against_replay(bootstrap, s, runtime: str, session: str, seen: list, e
 
 
 @pytest.mark.parametrize("runtime", list(RUNTIMES))
-def test_a_looping_session_is_warned_then_denied_as_replay_decides(bootstrap, live, runtime):
+def test_a_looping_session_is_warned_then_denied_as_replay_decides(bootstrap, live, hook, runtime):
     s, _, side = live
     session = f"loop-{runtime}-{uuid.uuid4().hex[:8]}"
     end = runtime in END_EVENT
-    seen = drive(side, runtime, session, [LOOP[runtime]] * 7, end)
+    seen = drive(hook, side, runtime, session, [LOOP[runtime]] * 7, end)
     calls = check_against_replay(bootstrap, s, runtime, session, seen, end)
     actions = [d.action for d in calls]
     assert "warn" in actions and "block" in actions and actions.index("warn") < actions.index("block")
@@ -178,6 +194,7 @@ def test_a_looping_session_is_warned_then_denied_as_replay_decides(bootstrap, li
     assert len(warned) == actions.count("warn")  # each warning reached the model as extra context
     if end:  # the session end ended the run: the same call starts from nothing
         code, out, _ = run_hook(
+            hook,
             side,
             runtime,
             RUNTIMES[runtime].call_event,
@@ -187,18 +204,18 @@ def test_a_looping_session_is_warned_then_denied_as_replay_decides(bootstrap, li
 
 
 @pytest.mark.parametrize("runtime", list(RUNTIMES))
-def test_a_varied_session_is_never_denied(bootstrap, live, runtime):
+def test_a_varied_session_is_never_denied(bootstrap, live, hook, runtime):
     s, _, side = live
     session = f"varied-{runtime}-{uuid.uuid4().hex[:8]}"
     calls = [({"command": f"pytest -k case{i}"}, f"{i} passed") for i in range(10)]
     end = runtime in END_EVENT
-    seen = drive(side, runtime, session, calls, end)
+    seen = drive(hook, side, runtime, session, calls, end)
     assert all(out == "" for _, _, out in seen)
     decisions = check_against_replay(bootstrap, s, runtime, session, seen, end)
     assert {d.action for d in decisions} == {"allow"}
 
 
-def test_claude_code_transcript_usage_spends_the_run_budget(bootstrap, live, tmp_path):
+def test_claude_code_transcript_usage_spends_the_run_budget(bootstrap, live, hook, tmp_path):
     """Each model response in the transcript (Claude Code writes the Messages API usage of
     each assistant message to it) becomes a usage event before the next hook: 400
     tokens a response against a 2000-token budget, so the 4th call is warned at 80
@@ -215,7 +232,7 @@ def test_claude_code_transcript_usage_spends_the_run_budget(bootstrap, live, tmp
         payload = PAYLOADS["claude-code"](
             "PreToolUse", session, tool_input={"command": f"make step{i}"}, transcript_path=str(transcript)
         )
-        code, out, err = run_hook(side, "claude-code", "PreToolUse", payload)
+        code, out, err = run_hook(hook, side, "claude-code", "PreToolUse", payload)
         assert code == 0, err
         answers.append(json.loads(out) if out else None)
     assert answers[:3] == [None] * 3
@@ -235,20 +252,21 @@ def test_claude_code_transcript_usage_spends_the_run_budget(bootstrap, live, tmp
 
 
 @pytest.mark.parametrize("runtime", list(END_EVENT))
-def test_a_session_end_carries_the_sessions_agent(bootstrap, live, runtime):
+def test_a_session_end_carries_the_sessions_agent(bootstrap, live, hook, runtime):
     """run_end is the session's last event and names its agent like the others (the
     hook's --agent-id here), so per-agent rules and audits see the end as that agent's."""
     s, _, side = live
     session = f"agent-end-{runtime}-{uuid.uuid4().hex[:8]}"
     call, end = RUNTIMES[runtime].call_event, END_EVENT[runtime]
     for event in (call, end):
-        code, out, err = run_hook(side, runtime, event, PAYLOADS[runtime](event, session), "--agent-id", "reviewer")
+        payload = PAYLOADS[runtime](event, session)
+        code, out, err = run_hook(hook, side, runtime, event, payload, "--agent-id", "reviewer")
         assert (code, out) == (0, ""), err
     events = session_events(bootstrap, s.events_topic, session, 2)
     assert [(type(e), e.agent_id) for e in events] == [(ToolCall, "reviewer"), (RunEnd, "reviewer")]
 
 
-def test_input_over_the_sidecars_limit_is_refused_naming_the_limit_not_a_reset(live):
+def test_input_over_the_sidecars_limit_is_refused_naming_the_limit_not_a_reset(live, hook):
     """With the hook's --max-input-bytes above the sidecar's (16 MiB), a 20 MiB input
     reaches the sidecar, which refuses it (413) and reads the body it refused, so the hook
     gets the answer and reports its cause, not a reset connection."""
@@ -258,10 +276,10 @@ def test_input_over_the_sidecars_limit_is_refused_naming_the_limit_not_a_reset(l
     raw = raw.replace(b'"content": ""', b'"content": "' + b"x" * ((20 << 20) - len(raw)) + b'"')
     assert len(raw) == 20 << 20
     cause = "the hook's input is 20971520 bytes, over loopwarden's limit of 16777216"
-    hook = [str(HOOK), "claude-code", "PreToolUse", "--url", side.url, "--max-input-bytes", str(32 << 20)]
-    p = subprocess.run(hook, input=raw, capture_output=True, timeout=60)
+    argv = [str(hook), "claude-code", "PreToolUse", "--url", side.url, "--max-input-bytes", str(32 << 20)]
+    p = subprocess.run(argv, input=raw, capture_output=True, timeout=60)
     assert (p.returncode, p.stdout, p.stderr) == (1, b"", f"loopwarden-hook: {cause}\n".encode())
-    p = subprocess.run([*hook, "--fail-closed"], input=raw, capture_output=True, timeout=60)
+    p = subprocess.run([*argv, "--fail-closed"], input=raw, capture_output=True, timeout=60)
     assert (p.returncode, p.stderr) == (0, f"loopwarden-hook: {cause}\n".encode())
     deny = answer("claude-code", "PreToolUse", "block", f"{cause}; the call is denied (fail-closed)")
     assert p.stdout.decode() == deny + "\n"
@@ -326,23 +344,67 @@ def test_the_sidecar_survives_a_thousand_malformed_requests(bootstrap, live):
     assert len(events) == valid and all(isinstance(e, ToolCall) for e in events)
 
 
-def test_with_the_worker_stopped_fail_open_lets_calls_run_and_fail_closed_denies(live):
+def test_with_the_worker_stopped_fail_open_lets_calls_run_and_fail_closed_denies(live, hook):
     _, w, side = live
     w.stop()
     for runtime, rt in RUNTIMES.items():
         session = f"down-{runtime}-{uuid.uuid4().hex[:8]}"
         payload = PAYLOADS[runtime](rt.call_event, session, tool_input={"command": "make deploy"})
-        code, out, err = run_hook(side, runtime, rt.call_event, payload)
+        code, out, err = run_hook(hook, side, runtime, rt.call_event, payload)
         assert (code, out) == (1, "") and "no decision within 2s; the call runs (fail-open)" in err
-        code, out, err = run_hook(side, runtime, rt.call_event, payload, "--fail-closed")
+        code, out, err = run_hook(hook, side, runtime, rt.call_event, payload, "--fail-closed")
         assert code == 0 and "no decision within 2s" in err
         assert out == answer(
             runtime, rt.call_event, "block", "loopwarden gave no decision within 2s; the call is denied (fail-closed)"
         )
-    side.stop()  # and the sidecar gone: the hook's own policy answers
-    payload = PAYLOADS["codex"]("PreToolUse", "gone", tool_input={"command": "make deploy"})
-    code, out, err = run_hook(side, "codex", "PreToolUse", payload, "--fail-closed")
-    assert code == 0 and json.loads(out)["hookSpecificOutput"]["permissionDecision"] == "deny"
-    assert "cannot reach the loopwarden sidecar" in json.loads(out)["hookSpecificOutput"]["permissionDecisionReason"]
-    code, out, err = run_hook(side, "codex", "PreToolUse", payload)
-    assert (code, out) == (1, "") and "cannot reach the loopwarden sidecar" in err
+    side.stop()  # and the sidecar gone: the hook's own policy answers, within a second
+    for runtime, rt in RUNTIMES.items():
+        payload = PAYLOADS[runtime](rt.call_event, "gone", tool_input={"command": "make deploy"})
+        t0 = time.monotonic()
+        code, out, err = run_hook(hook, side, runtime, rt.call_event, payload, "--fail-closed")
+        closed_s = time.monotonic() - t0
+        cause = f"cannot reach the loopwarden sidecar at {side.url} ([Errno 111] Connection refused)"
+        assert (code, out) == (0, answer(runtime, rt.call_event, "block", f"{cause}; the call is denied (fail-closed)"))
+        assert err == f"loopwarden-hook: {cause}\n"
+        t0 = time.monotonic()
+        code, out, err = run_hook(hook, side, runtime, rt.call_event, payload)
+        open_s = time.monotonic() - t0
+        assert (code, out, err) == (1, "", f"loopwarden-hook: {cause}\n")
+        if hook.name == fast.NAME:
+            assert closed_s < 1 and open_s < 1, (closed_s, open_s)
+
+
+def test_both_hooks_answer_a_live_sidecar_byte_for_byte(bootstrap, live, fast_hook):
+    """The same inputs, valid and malformed, through the Python hook in one session and the
+    fast hook in another: the same exit codes, stdout and stderr at every step, through a
+    loop's warnings and denials."""
+    _, _, side = live
+    env = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_PROJECT_DIR", "GEMINI_PROJECT_DIR")}
+
+    def raw(exe: Path, runtime: str, event: str, data: bytes, *flags: str) -> tuple[int, bytes, bytes]:
+        p = subprocess.run(
+            [str(exe), runtime, event, "--url", side.url, *flags], input=data, capture_output=True, env=env, timeout=60
+        )
+        return p.returncode, p.stdout, p.stderr
+
+    for runtime, rt in RUNTIMES.items():
+        sessions = {HOOK: f"same-py-{uuid.uuid4().hex[:8]}", fast_hook: f"same-c-{uuid.uuid4().hex[:8]}"}
+        seen: dict[Path, list] = {HOOK: [], fast_hook: []}
+        tool_input, output = LOOP[runtime]
+        for exe, session in sessions.items():
+            make = PAYLOADS[runtime]
+            for i in range(7):
+                extra = {"tool_use_id": f"call-{i}"} if runtime != "gemini-cli" else {}
+                call = make(rt.call_event, session, tool_input=tool_input, **extra)
+                seen[exe].append(raw(exe, runtime, rt.call_event, json.dumps(call).encode()))
+                result = make(RESULT_EVENT[runtime], session, tool_input=tool_input, tool_response=output, **extra)
+                seen[exe].append(raw(exe, runtime, RESULT_EVENT[runtime], json.dumps(result).encode()))
+            for data in (b"not json {", b"[]", json.dumps({"tool_name": "Bash"}).encode(), b"\xff\xfe"):
+                for flags in ((), ("--fail-closed",)):
+                    seen[exe].append(raw(exe, runtime, rt.call_event, data, *flags))
+            no_tool = json.dumps({"session_id": session}).encode()
+            seen[exe].append(raw(exe, runtime, rt.call_event, no_tool, "--fail-closed"))
+            seen[exe].append(raw(exe, runtime, rt.call_event, b"{}", "--max-input-bytes", "1", "--fail-closed"))
+        assert seen[fast_hook] == seen[HOOK], runtime
+        outs = [out for _, out, _ in seen[HOOK]]
+        assert any(b"additionalContext" in o for o in outs) and any(b'"deny"' in o for o in outs[:14])
