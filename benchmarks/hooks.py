@@ -3,11 +3,12 @@
 time, from start to exit, of the hook `loopwarden hooks install` wrote for the runtime's
 call event (the fast hook, where a C compiler is found; run as the command's words, not
 through the runtime's shell) answering an allowed call; of `true`; of `python -c pass`
-(this interpreter); of the Python hook `loopwarden-hook` on the same call; and of
-`GatewayClient.check` from this process. Before that, --calls calls by `check` and
---calls through the sidecar's HTTP path (a POST to /claude-code/PreToolUse from this
-process), taking turns at --rate calls/s. Prints one JSON object, with the load average
-before and after (the machine may be shared).
+(this interpreter); of the Python hook `loopwarden-hook` on the same call; of
+`/bin/sh -c 'exec curl ...'` posting the call to the sidecar (where curl is installed: the
+least a shell-script hook would start); and of `GatewayClient.check` from this process.
+Before that, --calls calls by `check` and --calls through the sidecar's HTTP path (a POST
+to /claude-code/PreToolUse from this process), taking turns at --rate calls/s. Prints
+one JSON object, with the load average before and after (the machine may be shared).
 
     python -m benchmarks.hooks [--bootstrap HOST:PORT] [--calls 300] [--rate 50] [--samples 200]
     python -m benchmarks.hooks --soak 600    # instead: 10 minutes of hook traffic, the sidecar's RSS
@@ -30,6 +31,7 @@ import asyncio
 import json
 import os
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -281,14 +283,23 @@ def timed_runtime(runtime: str, hook: list[str], samples: int, checker: Checker)
     python_hook = [str(HOOK), *hook[1:]]
     times: dict[str, list[float]] = {"hook": [], "true": [], "python_pass": [], "python_hook": [], "check": []}
     not_allowed = {"hook": 0, "python_hook": 0, "check": 0}
+    programs = [
+        ("hook", hook, lambda i: call_payload(session, i, runtime)),
+        ("true", ["true"], lambda i: b""),
+        ("python_pass", [sys.executable, "-c", "pass"], lambda i: b""),
+        ("python_hook", python_hook, lambda i: call_payload(python_session, i, runtime)),
+    ]
+    curl = shutil.which("curl")
+    if curl:  # the least a shell-script hook would run: sh and one curl, none of the hook's checks
+        url = f"{hook[hook.index('--url') + 1]}/{runtime}/{RUNTIMES[runtime].call_event}"
+        script = f"exec {curl} -sS -m 10 --data-binary @- -H 'Content-Type: application/json' {url}"
+        curl_session = f"curl-{uuid.uuid4().hex[:8]}"
+        programs.append(("sh_curl", ["/bin/sh", "-c", script], lambda i: call_payload(curl_session, i, runtime)))
+        times["sh_curl"] = []
     checker.check(run_id, -1)  # the run's first call is not timed
     for i in range(samples):
-        for name, argv, payload in (
-            ("hook", hook, call_payload(session, i, runtime)),
-            ("true", ["true"], b""),
-            ("python_pass", [sys.executable, "-c", "pass"], b""),
-            ("python_hook", python_hook, call_payload(python_session, i, runtime)),
-        ):
+        for name, argv, payload_of in programs:
+            payload = payload_of(i)
             t0 = time.perf_counter()
             p = subprocess.run(argv, input=payload, capture_output=True)
             times[name].append((time.perf_counter() - t0) * 1000)
