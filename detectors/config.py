@@ -28,6 +28,8 @@ DEFAULT_WINDOW = 3
 DEFAULT_IDLE_TIMEOUT_MS = 24 * 60 * 60 * 1000  # loopwarden.runIdleTimeoutMs (semantics.md section 7)
 BUDGET_FIELDS = ("runTokens", "runCostUsd", "runToolCalls")  # loopwarden.budgets (section 8), in rule order
 BREAKER_DEFAULTS: dict[str, Any] = {"enabled": False, "minRuns": 20, "windowMs": 300000, "coolDownMs": 120000}
+DEFAULT_SPEND_WINDOW_MS = 3600000  # loopwarden.fleet.spendCaps[].windowMs (semantics.md section 11)
+SPEND_PER = ("agent", "gateway", "all")
 
 
 class ToolBreakerConfig(Struct, frozen=True):
@@ -54,6 +56,58 @@ class Budgets(Struct, frozen=True):
 
 
 NO_BUDGETS = Budgets()
+
+
+class SpendCapConfig(Struct, frozen=True, kw_only=True):
+    """One valid entry of `loopwarden.fleet.spendCaps` (semantics.md section 11), global
+    only. Ceilings in each kind's unit (None: no ceiling; at least one is set): `cost`
+    in micro-dollars, `cost_usd` the number the config gave. `agents`: the ids it is
+    limited to, trimmed and lower-cased, in the config's order (None: every event)."""
+
+    id: str
+    per: str = "agent"  # one of SPEND_PER
+    agents: tuple[str, ...] | None = None
+    window_ms: int = DEFAULT_SPEND_WINDOW_MS
+    tokens: int | None = None
+    cost: int | None = None
+    calls: int | None = None
+    cost_usd: float | int | None = None
+    agent_set: frozenset[str] | None = None  # `agents`, for lookups
+
+    def ceilings(self) -> tuple[int | None, int | None, int | None]:
+        """(tokens, cost, calls): the order a cap's kinds are taken in."""
+        return (self.tokens, self.cost, self.calls)
+
+    def key_of(self, agent_id: str | None, gateway_id: str) -> str | None:
+        """The key an event of this agent and gateway counts under, or None when the cap
+        does not match it (an `agents` list without its agent, or an event without one)."""
+        agent = agent_id.strip().lower() if agent_id is not None else None
+        if self.agent_set is not None and (agent is None or agent not in self.agent_set):
+            return None
+        per = self.per
+        if per == "agent":
+            return agent if agent is not None else ""
+        if per == "gateway":
+            return gateway_id
+        return ""
+
+    def window_of(self, ts: int) -> int:
+        """The start of the window `ts` falls in: windows are tumbling and aligned to the
+        Unix epoch (floor division, so a negative ts falls in the window before 0)."""
+        return ts // self.window_ms * self.window_ms
+
+    def shape(self) -> dict[str, Any]:
+        """The entry in the hashed shape (wire-format.md, "Config file")."""
+        return {
+            "id": self.id,
+            "per": self.per,
+            "agents": list(self.agents) if self.agents is not None else None,
+            "windowMs": self.window_ms,
+            "tokens": self.tokens,
+            "costUsd": self.cost_usd,
+            "toolCalls": self.calls,
+        }
+
 
 RULE_DEFAULTS: dict[str, dict[str, int]] = {
     "failureRepeat": {"consecutive": 3},
@@ -132,6 +186,7 @@ class AgentConfig(Struct, frozen=True):
     # No budget, enforced, none held out: an allowed call needs no policy rule (checked
     # on every call, so one field rather than three).
     plain_policy: bool = True
+    spend_caps: tuple[SpendCapConfig, ...] = ()  # global (semantics.md section 11): the fleet's spend caps
 
     def switched_on(self, switch: str) -> bool:
         """Whether `tools.loopDetection.detectors.<switch>` is on for this agent."""
@@ -300,6 +355,8 @@ def resolve(
             },
         },
     }
+    if fleet.spend_caps:  # only then: configs without caps keep their hash
+        shape["loopwarden"]["fleet"]["spendCaps"] = [cap.shape() for cap in fleet.spend_caps]
     if rules.on():
         shape["loopwarden"]["rules"] = rules.shape()
     rolling = enabled is True
@@ -338,6 +395,7 @@ def resolve(
         max_period=rules.max_period,
         laps=rules.laps,
         plain_policy=budgets == NO_BUDGETS and policy.enforce and not fleet.holdout_percent,
+        spend_caps=fleet.spend_caps,
     )
 
 
@@ -349,10 +407,12 @@ class AgentPolicy(Struct, frozen=True):
 
 
 class FleetPolicy(Struct, frozen=True):
-    """loopwarden's own global-only fields, resolved: `holdoutPercent` and the breaker."""
+    """loopwarden's own global-only fields, resolved: `holdoutPercent`, the breaker and
+    the spend caps."""
 
     holdout_percent: int = 0
     breaker: ToolBreakerConfig = ToolBreakerConfig()
+    spend_caps: tuple[SpendCapConfig, ...] = ()
 
 
 def _object(v: Any, where: str, warnings: list[str]) -> dict[str, Any]:
@@ -429,9 +489,7 @@ def _paths(block: dict[str, Any], prefix: str = "") -> set[str]:
     return out
 
 
-def agent_rules(
-    glob: dict[str, Any], mine: dict[str, Any] | None, where: str, warnings: list[str]
-) -> Rules:
+def agent_rules(glob: dict[str, Any], mine: dict[str, Any] | None, where: str, warnings: list[str]) -> Rules:
     """Merge `loopwarden.rules`, the agent's (`mine`; None: resolving the global block
     alone) over the global one field by field, nested objects too, and check each merged
     field (semantics.md section 12). Warnings name only the fields the block at `where`
@@ -511,7 +569,103 @@ def fleet_policy(block: dict[str, Any], warnings: list[str]) -> FleetPolicy:
                 n = default
             vals[name] = n
     breaker = ToolBreakerConfig(vals["enabled"], vals["minRuns"], vals["windowMs"], vals["coolDownMs"])
-    return FleetPolicy(holdout, breaker)
+    return FleetPolicy(holdout, breaker, spend_caps(fleet.get("spendCaps"), warnings))
+
+
+def _spend_cap(entry: Any, taken: set[str], fell_back: list[str]) -> SpendCapConfig | str:
+    """One entry of `spendCaps`, checked (semantics.md section 11): the cap, or why the
+    entry is ignored. `fell_back` gets what a kept entry had to fall back on."""
+    if not isinstance(entry, dict):
+        return "not an object"
+    raw_id = entry.get("id")
+    if not isinstance(raw_id, str) or not raw_id.strip():
+        return f"id {raw_id!r} is not a string that is not blank"
+    cap_id = raw_id.strip()
+    if cap_id in taken:
+        return f"id {cap_id!r} is taken by an earlier entry"
+    per = entry.get("per")
+    if per is None:
+        per = "agent"
+    elif per not in SPEND_PER:
+        return f"per {per!r} is not one of {', '.join(repr(p) for p in SPEND_PER)}"
+    agents = entry.get("agents")
+    if agents is not None:
+        if not isinstance(agents, list):
+            return f"agents {agents!r} is not a list of agent ids"
+        if not agents:
+            return "agents is an empty list: the cap would match no event"
+        bad = [a for a in agents if not isinstance(a, str) or not a.strip()]
+        if bad:
+            return f"agents: {bad[0]!r} is not an agent id (a string that is not blank)"
+        agents = tuple(a.strip().lower() for a in agents)
+    raw_w = entry.get("windowMs")
+    window = DEFAULT_SPEND_WINDOW_MS if raw_w is None else _positive_int(raw_w)
+    if window is None:
+        fell_back.append(f"windowMs: {raw_w!r} is not a positive integer; using the default {DEFAULT_SPEND_WINDOW_MS}")
+        window = DEFAULT_SPEND_WINDOW_MS
+    tokens = calls = cost = None
+    cost_usd = None
+    bad_ceilings = []
+    for name in ("tokens", "costUsd", "toolCalls"):
+        raw = entry.get(name)
+        if raw is None:
+            continue
+        if name == "costUsd":
+            cost = _cost_ceiling(raw)
+            if cost is None:
+                bad_ceilings.append(f"{name}: {raw!r} is not a positive cost of at least one micro-dollar; no ceiling")
+            else:
+                cost_usd = raw
+        else:
+            val = _positive_int(raw)
+            if val is None:
+                bad_ceilings.append(f"{name}: {raw!r} is not a positive integer; no ceiling")
+            elif name == "tokens":
+                tokens = val
+            else:
+                calls = val
+    if tokens is None and cost is None and calls is None:
+        why = "; ".join(b.rsplit("; ", 1)[0] for b in bad_ceilings)
+        return f"no valid ceiling (tokens, costUsd or toolCalls){': ' + why if why else ''}"
+    fell_back += bad_ceilings
+    return SpendCapConfig(
+        id=cap_id,
+        per=per,
+        agents=agents,
+        window_ms=window,
+        tokens=tokens,
+        cost=cost,
+        calls=calls,
+        cost_usd=cost_usd,
+        agent_set=frozenset(agents) if agents is not None else None,
+    )
+
+
+def spend_caps(raw: Any, warnings: list[str]) -> tuple[SpendCapConfig, ...]:
+    """`loopwarden.fleet.spendCaps`, global only (semantics.md section 11): the valid
+    entries in list order. An entry that fails a check is ignored, named in one warning;
+    a kept entry's `windowMs` or ceiling that is not usable is named in a warning of its
+    own (the window falls back to its default, the ceiling is none)."""
+    if raw is None:
+        return ()
+    where = "loopwarden.fleet.spendCaps"
+    if not isinstance(raw, list):
+        warnings.append(f"{where}: not a list; ignored")
+        return ()
+    caps: list[SpendCapConfig] = []
+    taken: set[str] = set()
+    for i, entry in enumerate(raw):
+        fell_back: list[str] = []
+        cap = _spend_cap(entry, taken, fell_back)
+        name = entry.get("id") if isinstance(entry, dict) else None
+        named = f"{where}[{i}]" + (f" ({name.strip()!r})" if isinstance(name, str) and name.strip() else "")
+        if isinstance(cap, str):
+            warnings.append(f"{named}: {cap}; entry ignored")
+            continue
+        warnings.extend(f"{named}.{w}" for w in fell_back)
+        taken.add(cap.id)
+        caps.append(cap)
+    return tuple(caps)
 
 
 def _norm_id(v: Any) -> str | None:
@@ -531,6 +685,7 @@ class DetectionConfig:
         "_by_raw_id",
         "tool_breaker",
         "holdout_percent",
+        "spend_caps",
     )
 
     def __init__(self, doc: Any = None, source: str = "<config>") -> None:
@@ -548,6 +703,8 @@ class DetectionConfig:
         self.holdout_percent = fleet.holdout_percent
         self.tool_breaker: ToolBreakerConfig | None = fleet.breaker if fleet.breaker.enabled else None
         """The fleet's tool breaker (semantics.md section 9); None while it is off."""
+        self.spend_caps: tuple[SpendCapConfig, ...] = fleet.spend_caps
+        """The fleet's spend caps (semantics.md section 11), valid entries in list order."""
         base = _block(doc, "", warnings)
         glob_policy = agent_policy(lw, {}, "", warnings, None)
         glob_rules = agent_rules(lw, None, "", warnings)
