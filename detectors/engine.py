@@ -16,6 +16,7 @@ from .errors import StaleSeqError
 from .fingerprint import call_facts, call_key, result_facts
 from .fleet import FleetView, StopOrder
 from .policy import (
+    FLEET_SPEND_CAP,
     FLEET_TOOL_BREAKER,
     KINDS,
     OPERATOR_STOP,
@@ -27,6 +28,7 @@ from .policy import (
     due_mark,
     enforced,
     exhausted,
+    spend_cap_message,
     stop_message,
 )
 from .rules import BY_NAME, COMPACTION_GUARD, CallScan, GuardScan, Verdict
@@ -184,7 +186,7 @@ def _on_call(
             v = detector.evaluate(scan, cfg)
             if v is not None:
                 break
-    if v is not None or not cfg.plain_policy or (fleet is not None and fleet.breakers):
+    if v is not None or not cfg.plain_policy or (fleet is not None and (fleet.breakers or fleet.spend)):
         return _judged(state, ev, tool, sig, key, keys, cfg, ts, v, fleet)
     # allow, enforced, no budget, no breaker: the common case, inlined
     seq = ev.seq
@@ -251,7 +253,8 @@ def _judged(
     fleet: FleetView | None,
 ) -> tuple[RunState, tuple[Decision]]:
     """A call some rule may judge: the detectors' verdict V (`v`, None for allow), then
-    section 9's list from "a budget exhausted" on, then enforcement (section 10)."""
+    section 9's list from "a budget exhausted" on (a spend cap in force next, section
+    11), then enforcement (section 10)."""
     calls = state.calls + 1
     warned = state.warned
     marks = state.budget_marks
@@ -274,6 +277,18 @@ def _judged(
         action, level, name, count, warning_key, paired = "abort", "critical", RUN_BUDGET, used, f"budget:{kind}", None
         message = budget_abort_message(kind, used, ceiling)
         record, aborted = False, True  # the run stops here: the call is not run, so not recorded
+        warned = state.warned
+    elif (
+        fleet is not None
+        and fleet.spend
+        and cfg.spend_caps
+        and (paused := fleet.spend_for(cfg.spend_caps, ev)) is not None
+    ):  # a spend cap in force, whatever V was: a pause, not an abort (the run goes on after it)
+        cap, s = paused
+        action, level, name, count = "abort", "critical", FLEET_SPEND_CAP, s.used
+        warning_key, paired, signal = f"spend:{cap.id}:{s.unit}", None, s.id
+        message = spend_cap_message(cap, s)
+        record = False  # as a blocked call: history and warning memory as they were
         warned = state.warned
     elif action != "block":
         b = fleet.breaker_for(tool, ev.ts) if fleet is not None and fleet.breakers else None
@@ -335,7 +350,7 @@ def _judged(
     ), (d,)
 
 
-_POLICY = frozenset((RUN_BUDGET, FLEET_TOOL_BREAKER, OPERATOR_STOP))
+_POLICY = frozenset((RUN_BUDGET, FLEET_TOOL_BREAKER, OPERATOR_STOP, FLEET_SPEND_CAP))
 
 
 def _stopped(

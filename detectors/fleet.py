@@ -1,12 +1,15 @@
-"""The fleet's signals (semantics.md section 9): stop orders, and the tool breaker's rule.
+"""The fleet's signals (semantics.md sections 9 and 11): stop orders, the tool breaker's
+rule, and the spend caps reached.
 
 Everything here is pure and ordered by its input, never by a clock:
 
 - `decode_fleet_record` reads one record of the `loopwarden.fleet` topic (or a line of
-  `replay --fleet FILE`): a `StopOrder` or a `Breaker`, checked as wire-format.md says.
-- `FleetView` is what a call is judged against: the orders and breakers received so far
-  (offline: all the orders of the file, and the breakers the input opened before the
-  call; live: what a worker has read from the fleet topic).
+  `replay --fleet FILE`): a `StopOrder`, a `Breaker` or a `SpendCapSignal`, checked as
+  wire-format.md says.
+- `FleetView` is what a call is judged against: the orders, breakers and spend cap
+  signals received so far (offline: all the orders of the file, and the breakers and
+  caps the input reached before the call, each cap bounded by the file's lifts; live:
+  what a worker has read from the fleet topic).
 - `ToolBreakerFold` is the breaker's rule, a fold over failures in event order: each
   failure either opens a breaker (returned, to be put in a view or published) or not.
 """
@@ -19,13 +22,16 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from .config import ToolBreakerConfig
+from .config import SpendCapConfig, ToolBreakerConfig
 from .errors import DecodeError
 from .wire import MAX_SAFE_INTEGER, ToolCall
 
 Millis = Annotated[int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
 NonEmpty = Annotated[str, Meta(min_length=1)]
 KEPT_BREAKERS = 16  # per tool: the newest breakers a view keeps (older ones ended long ago)
+KEPT_SPEND_SIGNALS = 16  # per cap and key: the newest windows' signals a view keeps (older windows ended)
+SPEND_UNITS = ("tokens", "cost", "calls")  # a cap's kinds, in the order they are taken
+Amount = Annotated[int, Meta(ge=0)]
 
 
 class StopOrder(Struct, frozen=True, kw_only=True, tag_field="kind", tag="stop"):
@@ -66,8 +72,52 @@ class Breaker(Struct, frozen=True, kw_only=True, tag_field="kind", tag="breaker"
     window_ms: int
 
 
-FleetRecord = StopOrder | Breaker
-_decoder = msgspec.json.Decoder(FleetRecord)
+class SpendCapSignal(Struct, frozen=True, kw_only=True, tag_field="kind", tag="spend_cap"):
+    """A spend cap reached (semantics.md section 11): calls whose key for cap `cap` is
+    `key` are paused over `[from_ts, until_ts)`, never past the window's end.
+
+    `id` is `{cap}:{key}:{window_start}`. `used` and `ceiling` are in the unit's own terms
+    (tokens, micro-dollars, calls). The spend stage writes `until_ts` = `window_end`; a
+    lift republishes the record with an earlier one. A record read with a null `until_ts`
+    (which lifts nothing) is taken with the window's end (`decode_fleet_record`)."""
+
+    id: NonEmpty
+    cap: NonEmpty
+    key: str
+    window_start: Millis
+    window_end: Millis
+    from_ts: Millis
+    until_ts: Millis
+    unit: Literal["tokens", "cost", "calls"]
+    used: Amount
+    ceiling: Annotated[int, Meta(ge=1)]
+
+    def end(self) -> int:
+        """Where the pause ends: `until_ts`, if before the window's end."""
+        return self.until_ts if self.until_ts < self.window_end else self.window_end
+
+    def in_force(self, ts: int) -> bool:
+        return self.from_ts <= ts < self.end()
+
+
+class _SpendCapIn(Struct, frozen=True, kw_only=True, tag_field="kind", tag="spend_cap"):
+    """A spend cap record as read: `until_ts` may be null (`SpendCapSignal` otherwise)."""
+
+    id: NonEmpty
+    cap: NonEmpty
+    key: str
+    window_start: Millis
+    window_end: Millis
+    from_ts: Millis
+    until_ts: Millis | None = None
+    unit: Literal["tokens", "cost", "calls"]
+    used: Amount
+    ceiling: Annotated[int, Meta(ge=1)]
+
+
+FleetRecord = StopOrder | Breaker | SpendCapSignal
+_RecordIn = StopOrder | Breaker | _SpendCapIn  # what is read; a spend cap's record checked, then made whole
+_decoder = msgspec.json.Decoder(_RecordIn)
 _encoder = msgspec.json.Encoder()
 
 
@@ -89,7 +139,31 @@ def decode_fleet_record(data: bytes | str) -> FleetRecord:
             )
         if rec.until_ts is not None and rec.until_ts < rec.from_ts:
             raise DecodeError(f"stop order {rec.id!r}: until_ts {rec.until_ts} is before from_ts {rec.from_ts}")
+    elif isinstance(rec, _SpendCapIn):
+        return _checked_spend_cap(rec)
     return rec
+
+
+def _checked_spend_cap(rec: _SpendCapIn) -> SpendCapSignal:
+    """A spend cap record whose fields agree (its id names its cap, key and window; it
+    starts in its window; it was reached), with a null `until_ts` taken as the window's
+    end; DecodeError naming what does not agree."""
+    name = f"spend cap record {rec.id!r}"
+    if rec.id != f"{rec.cap}:{rec.key}:{rec.window_start}":
+        raise DecodeError(
+            f"{name}: its id is not {{cap}}:{{key}}:{{window_start}} ({rec.cap!r}, {rec.key!r}, {rec.window_start})"
+        )
+    if rec.window_end <= rec.window_start:
+        raise DecodeError(f"{name}: window_end {rec.window_end} is not after window_start {rec.window_start}")
+    if not rec.window_start <= rec.from_ts < rec.window_end:
+        raise DecodeError(f"{name}: from_ts {rec.from_ts} is not in its window [{rec.window_start}, {rec.window_end})")
+    if rec.until_ts is not None and rec.until_ts < rec.from_ts:
+        raise DecodeError(f"{name}: until_ts {rec.until_ts} is before from_ts {rec.from_ts}")
+    if rec.used < rec.ceiling:
+        raise DecodeError(f"{name}: used {rec.used} is below its ceiling {rec.ceiling} (a cap reached is at least)")
+    fields = msgspec.structs.asdict(rec)
+    fields["until_ts"] = rec.window_end if rec.until_ts is None else rec.until_ts
+    return SpendCapSignal(**fields)
 
 
 def encode_fleet_record(rec: FleetRecord) -> bytes:
@@ -101,23 +175,33 @@ def _norm(agent_id: str) -> str:
 
 
 class FleetView:
-    """The stop orders and breakers a call is judged against (semantics.md section 9).
+    """The stop orders, breakers and spend cap signals a call is judged against
+    (semantics.md sections 9 and 11).
 
-    `orders` and `breakers` are empty in the common case; the engine tests them before
-    asking anything, so a quiet fleet costs one truth test per call."""
+    `orders`, `breakers` and `spend` are empty in the common case; the engine tests them
+    before asking anything, so a quiet fleet costs one truth test per call.
 
-    __slots__ = ("orders", "breakers", "_by_target")
+    A spend cap signal's end only ever moves earlier: of the records of one id, the view
+    keeps the newest's fields with the earliest `until_ts` any of them gave (a lift). So
+    the order the records arrive in does not matter, a record published again does not
+    undo a lift, and a lift read before the cap is reached (offline: `lift`, from
+    `replay --fleet FILE`) still ends the signal when the input reaches it."""
+
+    __slots__ = ("orders", "breakers", "spend", "_by_target", "_lifts")
 
     def __init__(self, records: Any = ()) -> None:
         self.orders: dict[str, StopOrder] = {}
         self.breakers: dict[str, list[Breaker]] = {}
+        self.spend: dict[tuple[str, str], dict[str, SpendCapSignal]] = {}  # (cap, key) -> signals by id
         self._by_target: dict[tuple[str, str], dict[str, StopOrder]] = {}
+        self._lifts: dict[str, int] = {}  # signal id -> the earliest until_ts a lift gave
         for rec in records:
             self.put(rec)
 
     def put(self, rec: FleetRecord) -> None:
         """Take a record: a later stop order with the same id replaces the earlier one (a
-        lift), a breaker joins its tool's list."""
+        lift), a breaker joins its tool's list, a spend cap signal is in force (its end
+        the earliest of its records' and lifts')."""
         if isinstance(rec, StopOrder):
             old = self.orders.pop(rec.id, None)
             if old is not None:
@@ -125,11 +209,40 @@ class FleetView:
             self.orders[rec.id] = rec
             self._target_index(rec)[rec.id] = rec
             return
+        if isinstance(rec, SpendCapSignal):
+            self._put_spend(rec)
+            return
         kept = self.breakers.setdefault(rec.tool_name, [])
         kept[:] = [b for b in kept if b.id != rec.id]
         kept.append(rec)
         if len(kept) > KEPT_BREAKERS:
             del kept[0]
+
+    def lift(self, rec: SpendCapSignal) -> None:
+        """Take a spend cap record as a lift only (offline, `replay --fleet FILE`): it
+        ends the signal of its id, held or reached later, at its `until_ts`; it pauses
+        nothing by itself (offline replay reaches caps from its input)."""
+        until = rec.until_ts
+        if until >= rec.window_end:
+            return  # lifts nothing
+        known = self._lifts.get(rec.id)
+        if known is None or until < known:
+            self._lifts[rec.id] = until
+        held = self.spend.get((rec.cap, rec.key), {}).get(rec.id)
+        if held is not None:
+            self._put_spend(held)
+
+    def _put_spend(self, rec: SpendCapSignal) -> None:
+        signals = self.spend.setdefault((rec.cap, rec.key), {})
+        end = self._lifts.get(rec.id)
+        old = signals.pop(rec.id, None)
+        if old is not None and (end is None or old.until_ts < end):
+            end = old.until_ts
+        if end is not None and end < rec.until_ts:
+            rec = msgspec.structs.replace(rec, until_ts=end)
+        signals[rec.id] = rec
+        if len(signals) > KEPT_SPEND_SIGNALS:
+            del signals[min(signals, key=lambda i: signals[i].window_start)]
 
     def _target_index(self, order: StopOrder) -> dict[str, StopOrder]:
         field, value = order.target()
@@ -161,6 +274,27 @@ class FleetView:
             if b.from_ts <= ts < b.until_ts:
                 return b
         return None
+
+    def spend_for(self, caps: tuple[SpendCapConfig, ...], ev: ToolCall) -> tuple[SpendCapConfig, SpendCapSignal] | None:
+        """The spend cap signal in force at the call's ts for the call's key under one of
+        `caps` (the config's; a signal of a cap the config does not have applies to
+        nothing), with its cap; among several, the smallest signal id in code-point
+        order. None for a call without ts."""
+        ts = ev.ts
+        if ts is None or not self.spend:
+            return None
+        found: tuple[SpendCapConfig, SpendCapSignal] | None = None
+        for cap in caps:
+            key = cap.key_of(ev.agent_id, ev.gateway_id)
+            if key is None:
+                continue
+            signals = self.spend.get((cap.id, key))
+            if not signals:
+                continue
+            for s in signals.values():
+                if s.in_force(ts) and (found is None or s.id < found[1].id):
+                    found = cap, s
+        return found
 
 
 class ToolBreakerFold:

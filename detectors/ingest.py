@@ -18,7 +18,8 @@ from .config import DetectionConfig
 from .engine import apply
 from .errors import DecodeError, EventError, OversizeError
 from .fingerprint import result_facts
-from .fleet import Breaker, FleetView, ToolBreakerFold
+from .fleet import Breaker, FleetView, SpendCapSignal, ToolBreakerFold
+from .spend import SpendFold
 from .state import RunState
 from .wire import Decision, Event, ToolResult, _encoder, _Event, decode_event
 
@@ -82,6 +83,8 @@ def fold(
     opened: Callable[[Breaker], None] | None = None,
     fleet_for: Callable[[Event], FleetView | None] | None = None,
     encode: bool = True,
+    spend: SpendFold | None = None,
+    reached: Callable[[SpendCapSignal], None] | None = None,
 ) -> Iterator[Folded | SetAside]:
     """Fold messages over their runs' states: the one loop every reader runs.
 
@@ -112,12 +115,17 @@ def fold(
     given, names the view each event is judged against instead (an audit replays each
     call with the fleet signal its recorded decision names).
 
+    With `spend`, the spend caps' rule (semantics.md section 11) counts every applied,
+    non-duplicate event folded here, in order, after it is judged (so the event that
+    reaches a cap is not judged by it), and each signal it reaches joins `fleet` (and is
+    passed to `reached`): offline replay reaches caps from its input this way.
+
     `encode` false: the decisions are not encoded (every `encoded` is empty), for a
     reader that compares decisions and writes none (an audit). The decisions are the
     same: encoding cannot fail for an event decoded here from bytes (its strings are
     valid UTF-8 and its integers fit in 64 bits, and a decision holds nothing else).
     """
-    if breakers is not None and fleet is None:
+    if (breakers is not None or spend is not None) and fleet is None:
         fleet = FleetView()
     states: dict[str, RunState | None] = {}
     get = states.get
@@ -164,6 +172,11 @@ def fold(
                         fleet.put(b)  # type: ignore[union-attr]  # set above whenever breakers is
                         if opened is not None:
                             opened(b)
+                if spend is not None and after is not before:  # applied: a duplicate leaves the state as it was
+                    for signal in spend.observe(ev):
+                        fleet.put(signal)  # type: ignore[union-attr]  # set above whenever spend is
+                        if reached is not None:
+                            reached(signal)
             except EventError:
                 raise
             except Exception as exc:
@@ -199,14 +212,27 @@ def _failure(breakers: ToolBreakerFold, ev: ToolResult) -> Breaker | None:
 def offline_fleet(
     config: DetectionConfig, records: Iterable[Any] = ()
 ) -> tuple[FleetView | None, ToolBreakerFold | None]:
-    """What an offline fold judges calls against: the given fleet records (stop orders)
-    and, with the tool breaker on, its rule over the input (semantics.md section 9).
-    (None, None) when there is neither, so a fold without fleet costs nothing."""
-    view = FleetView(records)
+    """What an offline fold judges calls against: the given fleet records (stop orders;
+    spend cap records are taken as lifts only, `FleetView.lift`) and, with the tool
+    breaker on, its rule over the input (semantics.md section 9). (None, None) when
+    there is nothing to judge by, so a fold without fleet costs nothing; with spend caps
+    configured there is always a view, for the caps `offline_spend`'s rule reaches."""
+    view = FleetView()
+    for rec in records:
+        if isinstance(rec, SpendCapSignal):
+            view.lift(rec)
+        else:
+            view.put(rec)
     rule = ToolBreakerFold(config.tool_breaker) if config.tool_breaker is not None else None
-    if rule is None and not view.orders and not view.breakers:
+    if rule is None and not view.orders and not view.breakers and not config.spend_caps:
         return None, None
     return view, rule
+
+
+def offline_spend(config: DetectionConfig) -> SpendFold | None:
+    """The spend caps' rule over an offline fold's input (semantics.md section 11), or
+    None without caps."""
+    return SpendFold(config.spend_caps) if config.spend_caps else None
 
 
 def replay_iter(
@@ -214,10 +240,11 @@ def replay_iter(
 ) -> Iterator[Decision | SetAside]:
     """The decisions of decoded events, in order, and the events that could not be
     applied (a stale duplicate), as they occur (`SetAside.position` is the index).
-    `fleet_records`: stop orders (and breakers) to judge calls against, as `--fleet`."""
+    `fleet_records`: stop orders (and breakers) to judge calls against, and spend cap
+    lifts, as `--fleet`; breakers and spend caps are also reached from the events."""
     fleet, rule = offline_fleet(config, fleet_records)
     source = ((i, None, ev) for i, ev in enumerate(events))
-    for out in fold(source, config, keyed=False, fleet=fleet, breakers=rule):
+    for out in fold(source, config, keyed=False, fleet=fleet, breakers=rule, spend=offline_spend(config)):
         if isinstance(out, Folded):
             yield from out.decisions
         else:

@@ -1,5 +1,5 @@
 """loopwarden's own rules on top of the detectors: run budgets (semantics.md section 8),
-the fleet's verdicts (section 9) and shadow mode and holdout (section 10).
+the fleet's verdicts (sections 9 and 11) and shadow mode and holdout (section 10).
 
 The detectors of `rules/` judge a run by its history; these judge what the run spent,
 what the fleet says, and whether a verdict is enforced at all. The engine applies them
@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 
-from .config import AgentConfig, Budgets
-from .fleet import Breaker, StopOrder
+from .config import AgentConfig, Budgets, SpendCapConfig
+from .fleet import Breaker, SpendCapSignal, StopOrder
 
 RUN_BUDGET = "run_budget"
 FLEET_TOOL_BREAKER = "fleet_tool_breaker"
 OPERATOR_STOP = "operator_stop"
-POLICY_NAMES: tuple[str, ...] = (RUN_BUDGET, FLEET_TOOL_BREAKER, OPERATOR_STOP)
+FLEET_SPEND_CAP = "fleet_spend_cap"
+POLICY_NAMES: tuple[str, ...] = (RUN_BUDGET, FLEET_TOOL_BREAKER, OPERATOR_STOP, FLEET_SPEND_CAP)
 """The `detector` values of these rules (beside `rules.NAMES`, the detectors')."""
 
 KINDS = ("tokens", "cost", "calls")  # the order budget kinds are taken in
@@ -81,6 +82,44 @@ def breaker_message(tool: str, b: Breaker) -> str:
     return (
         f"Blocked: {tool} is failing across the fleet ({b.runs} runs on {b.gateways} gateways hit the same error "
         f"within {b.window_ms // 1000} s); calls of {tool} are paused until the breaker closes. Do not retry it now."
+    )
+
+
+def utc_text(ms: int) -> str:
+    """`ms` since the Unix epoch as an ISO 8601 UTC time (`2026-05-28T21:00:00Z`, with
+    milliseconds only when there are some), computed from the number alone: the core
+    reads no clock and no time zone (the proleptic Gregorian calendar, days to civil
+    date by whole 400-year eras)."""
+    secs, millis = divmod(ms, 1000)
+    days, secs = divmod(secs, 86400)
+    z = days + 719468  # days since 0000-03-01
+    era = z // 146097
+    doe = z - era * 146097  # day of the era, 0 to 146096
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)  # day of the year starting in March
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    year = yoe + era * 400 + (month <= 2)
+    hh, rest = divmod(secs, 3600)
+    mm, ss = divmod(rest, 60)
+    frac = f".{millis:03d}" if millis else ""
+    return f"{year:04d}-{month:02d}-{day:02d}T{hh:02d}:{mm:02d}:{ss:02d}{frac}Z"
+
+
+def spend_cap_message(cap: SpendCapConfig, s: SpendCapSignal) -> str:
+    """The message of a call a spend cap pauses: the cap, the key, the kind, used and
+    ceiling, and when the window ends (semantics.md section 11)."""
+    if cap.per == "agent":
+        who = f"agent {s.key}" if s.key else "calls without an agent id"
+    elif cap.per == "gateway":
+        who = f"gateway {s.key}"
+    else:
+        who = "all its agents together"
+    return (
+        f"Paused: the fleet spend cap {cap.id} is reached for {who} ({s.unit}: {_amount(s.unit, s.used)} used of "
+        f"{_amount(s.unit, s.ceiling)} in its window); tool calls are paused until the window ends at "
+        f"{utc_text(s.window_end)}, unless an operator lifts the cap sooner. The run is not aborted."
     )
 
 

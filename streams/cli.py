@@ -356,9 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--fleet",
         metavar="FILE",
-        help="stop orders to judge calls against: a JSONL file of fleet records as on the fleet topic "
-        '({"kind": "stop", "id", "agent_id" | "gateway_id" | "run_id", "from_ts", "until_ts", "reason"}); '
-        "breakers are opened from the input itself when loopwarden.fleet.toolBreaker is enabled",
+        help="stop orders and spend cap lifts to judge calls against: a JSONL file of fleet records as on the "
+        'fleet topic ({"kind": "stop", "id", "agent_id" | "gateway_id" | "run_id", "from_ts", "until_ts", '
+        '"reason"}; {"kind": "spend_cap", "id", ..., "until_ts"}, which ends that cap signal early); breakers '
+        "are opened from the input itself when loopwarden.fleet.toolBreaker is enabled, and spend caps "
+        "(loopwarden.fleet.spendCaps) are reached from it",
     )
     r.add_argument("--stats", action="store_true", help="print counts by action and detector on stderr at the end")
     r.add_argument("--json", action="store_true", help="with --stats: print them as one compact JSON line")

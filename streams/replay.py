@@ -12,7 +12,7 @@ from typing import IO, Any, TextIO
 from detectors import Decision, DetectionConfig
 from detectors.errors import DecodeError, LoopwardenError
 from detectors.fleet import FleetRecord, decode_fleet_record
-from detectors.ingest import DEFAULT_MAX_EVENT_BYTES, Folded, SetAside, fold, offline_fleet
+from detectors.ingest import DEFAULT_MAX_EVENT_BYTES, Folded, SetAside, fold, offline_fleet, offline_spend
 
 from .progress import Progress
 
@@ -54,7 +54,8 @@ def run_replay(
     fleet_records: tuple[FleetRecord, ...] = (),
 ) -> ReplayReport:
     """Fold every line of `src` and write the decisions to `dst` as JSONL. Calls are
-    judged against `fleet_records` (stop orders) and the breakers the input opens."""
+    judged against `fleet_records` (stop orders) and the breakers and spend caps the
+    input reaches (the spend cap records of `fleet_records` lift those)."""
     report = ReplayReport()
     progress = Progress("replaying", total_bytes, unit="bytes")
     out: list[bytes] = []  # decisions' JSON not yet written
@@ -89,7 +90,10 @@ def run_replay(
     lineno = 0
     try:
         fleet, rule = offline_fleet(config, fleet_records)
-        folds = fold(lines, config, max_event_bytes=max_event_bytes, keyed=False, fleet=fleet, breakers=rule)
+        spend = offline_spend(config)
+        folds = fold(
+            lines, config, max_event_bytes=max_event_bytes, keyed=False, fleet=fleet, breakers=rule, spend=spend
+        )
         for folded in folds:
             lineno = folded.position
             if type(folded) is Folded:  # (`type() is`: cheaper than isinstance, once per event)
@@ -122,8 +126,9 @@ def file_size(path: str) -> int | None:
 
 
 def read_fleet_file(path: str) -> tuple[FleetRecord, ...]:
-    """The fleet records of a JSONL file (`replay --fleet`), in order; a line that is not
-    one is an error naming the line (an order silently skipped would change decisions)."""
+    """The fleet records of a JSONL file (`replay --fleet`), in order: stop orders and
+    spend cap lifts. A line that is not one is an error naming the line (an order or a
+    lift silently skipped would change decisions)."""
     records = []
     try:
         with open(path, "rb") as f:
