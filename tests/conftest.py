@@ -19,24 +19,26 @@ def conformance_dir() -> Path:
     return Path(os.environ.get("LOOPWARDEN_CONFORMANCE_DIR", ROOT.parent / "shared" / "conformance"))
 
 
-def scenario_files(v2: tuple[str, ...] = ()) -> list[Path]:
-    """The spec v1 scenarios, and those of `v2/` whose names start with one of `v2`
-    (e.g. ("210", "230")): the v2 sections a harness carries so far."""
+def scenario_files(v2: tuple[str, ...] = (), v3: tuple[str, ...] = ()) -> list[Path]:
+    """The spec v1 scenarios, and those of `v2/` and `v3/` whose names start with one of
+    `v2` or `v3` (e.g. ("210", "230")): the sections a harness carries so far."""
     d = conformance_dir()
     files = sorted(d.glob("*.json"))
     if not files:
         # A missing folder must fail the run, never shrink it to nothing.
         return [d / "MISSING-conformance-scenarios.json"]
-    if v2:
-        more = sorted(p for p in (d / "v2").glob("*.json") if p.name.startswith(v2))
-        if not more:
-            return files + [d / "v2" / "MISSING-v2-conformance-scenarios.json"]
-        files += more
+    for sub, prefixes in (("v2", v2), ("v3", v3)):
+        if prefixes:
+            more = sorted(p for p in (d / sub).glob("*.json") if p.name.startswith(prefixes))
+            if not more:
+                return files + [d / sub / f"MISSING-{sub}-conformance-scenarios.json"]
+            files += more
     return files
 
 
 V2_ALL = ("210", "220", "230", "240")  # budgets, the tool breaker, shadow mode, stop orders
 V2_PER_RUN = ("210", "230")  # the v2 sections a worker decides without the fleet stage
+V3_ALL = ("250", "260")  # fleet spend caps; repeated failures, progress and cycles
 
 
 PLUGIN = ROOT / "clients" / "openclaw"

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from streams.tools.launch import command
-from tests.conftest import ROOT, V2_ALL, conformance_dir, scenario_files
+from tests.conftest import ROOT, V2_ALL, V3_ALL, conformance_dir, scenario_files
 
 
 def first_difference(expected: list[dict], got: list[dict]) -> str | None:
@@ -28,14 +28,14 @@ def write_scenario(sc: dict, d) -> tuple:
     return cfg, ev
 
 
-@pytest.mark.parametrize("path", scenario_files(V2_ALL), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", scenario_files(V2_ALL, V3_ALL), ids=lambda p: p.stem)
 def test_scenario_through_replay_command(path, tmp_path):
     assert path.exists(), f"no conformance scenarios in {conformance_dir()}"
     sc = json.loads(path.read_text())
     cfg, ev = write_scenario(sc, tmp_path)
     out = tmp_path / "decisions.jsonl"
     fleet = []
-    if sc.get("fleet"):  # stop orders, given as `--fleet FILE` (wire-format.md)
+    if sc.get("fleet"):  # stop orders and spend cap lifts, given as `--fleet FILE` (wire-format.md)
         (tmp_path / "fleet.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sc["fleet"]))
         fleet = ["--fleet", str(tmp_path / "fleet.jsonl")]
     p = subprocess.run(
@@ -59,6 +59,7 @@ def test_the_maintainers_checker_agrees():
             shlex.join(command("replay")),
             str(conformance_dir()),
             str(conformance_dir() / "v2"),
+            str(conformance_dir() / "v3"),
         ],
         capture_output=True,
         text=True,
