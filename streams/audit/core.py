@@ -26,7 +26,7 @@ from operator import attrgetter
 from typing import Any
 
 from detectors import DetectionConfig, Folded, SetAside, fold
-from detectors.policy import RUN_BUDGET
+from detectors.policy import FLEET_SPEND_CAP, RUN_BUDGET
 from detectors.wire import Decision, Event
 
 from ..admin.fleet_topic import FleetLedger
@@ -197,7 +197,13 @@ class Audit:
         self.complete = complete
         self.diff = diff
         self.join = Join(window.grace_ms, scope, configs.by_hash.get)
-        self.signals = Signals(fleet, self.join.find) if fleet is not None and fleet.records else None
+        self.fleet_counts = FleetCounts()
+        self.signals: Signals | None = None
+        if fleet is not None and fleet.records:
+            self.signals = Signals(fleet, self.join.find, self.fleet_counts)
+        # Spend per cap and key is counted only when some config has caps (a check per event
+        # otherwise); known once the book is complete, with the first events.
+        self.spend_on = False
         self.replayer = Replayer(configs, self.join, max_event_bytes, self.signals)
         self.tally = Tally()
         self.what_if = WhatIf(what_if) if what_if is not None else None
@@ -244,12 +250,13 @@ class Audit:
         of the chunk, in bulk (`Tally.add`)."""
         replayer = self.replayer
         if self._results is None:
+            self.spend_on = any(c.spend_caps for c in self.configs.by_hash.values())
             folded = replayer.start()
             self._results = folded if self.what_if is None else self.what_if.fold(folded)
         else:
             replayer.check_book()
         results = islice(self._results, replayer.feed(*self._source(chunk)))
-        what_if, signals = self.what_if, self.signals
+        what_if, signals, spend_on, fleet_counts = self.what_if, self.signals, self.spend_on, self.fleet_counts
         settle, find, tally, runs = self.join.settle, self.join.find, self.tally, self.open
         run_configs, one_config, unknown = replayer.run_configs, replayer.one_config, replayer.unknown_configs
         pending = self.join.pending
@@ -292,6 +299,8 @@ class Audit:
                 inside_n += 1
                 if not run.in_range:
                     self._entered(run_id, run)
+                if spend_on and after is not f.before:  # applied, not a duplicate: it counts (section 11)
+                    fleet_counts.count_spend(replayer.config_of(run_id).spend_caps, ev)
                 if watching and run_id in watching:
                     shadow.event(ev)  # after the run's first call that would have been stopped
                 if not run.partial and (replayed is not None or rec is not None):
@@ -317,13 +326,16 @@ class Audit:
                             tally.flagged(replayed, ev.ts if ev.ts is not None else mt)
                         if not replayed.enforced or replayed.detector == RUN_BUDGET:
                             shadow.decision(ev, replayed)
+                        if replayed.detector == FLEET_SPEND_CAP and replayed.warning_key is not None:
+                            fleet_counts.paused[replayed.warning_key[6:].rsplit(":", 1)[0]] += 1  # spend:{cap}:{kind}
                     if status != "matched":
                         recorded = rec.decision if rec is not None else None
                         self._diff(status, f"{run_id}:{ev.seq}", run_id, recorded, replayed, None)
                     if what_if is not None:
                         changed = self._what_if(ev, rec, replayed, wi)
                     if signals is not None:
-                        signals.lag(ev, rec.decision if rec is not None else None)
+                        cfg = rec.config if rec is not None and rec.config is not None else replayer.config_of(run_id)
+                        signals.lag(ev, rec.decision if rec is not None else None, cfg.spend_caps)
                 if timelines is not None:
                     timelines.add(ev, status, rec.decision if rec is not None else None, replayed, wi, changed)
             if after is None:
@@ -409,7 +421,7 @@ class Audit:
             self.what_if.counts if self.what_if is not None else WhatIfCounts(),
             self.timelines.flagged if self.timelines is not None else [],
             self.shadow.counts,
-            self.signals.counts if self.signals is not None else FleetCounts(),
+            self.fleet_counts,
         )
 
     def summary(self, seconds: float) -> dict[str, Any]:
