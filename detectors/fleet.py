@@ -145,9 +145,11 @@ def decode_fleet_record(data: bytes | str) -> FleetRecord:
 
 
 def _checked_spend_cap(rec: _SpendCapIn) -> SpendCapSignal:
-    """A spend cap record whose fields agree (its id names its cap, key and window; it
-    starts in its window; it was reached), with a null `until_ts` taken as the window's
-    end; DecodeError naming what does not agree."""
+    """A spend cap record whose fields agree (its id names its cap, key and window, by
+    which lifts find their signal; it starts in its window), with a null `until_ts` taken
+    as the window's end; DecodeError naming what does not agree. A `until_ts` before
+    `from_ts` is taken, not refused: it pauses nothing (a lift written before the cap was
+    reached there), which is what a lift means."""
     name = f"spend cap record {rec.id!r}"
     if rec.id != f"{rec.cap}:{rec.key}:{rec.window_start}":
         raise DecodeError(
@@ -157,10 +159,6 @@ def _checked_spend_cap(rec: _SpendCapIn) -> SpendCapSignal:
         raise DecodeError(f"{name}: window_end {rec.window_end} is not after window_start {rec.window_start}")
     if not rec.window_start <= rec.from_ts < rec.window_end:
         raise DecodeError(f"{name}: from_ts {rec.from_ts} is not in its window [{rec.window_start}, {rec.window_end})")
-    if rec.until_ts is not None and rec.until_ts < rec.from_ts:
-        raise DecodeError(f"{name}: until_ts {rec.until_ts} is before from_ts {rec.from_ts}")
-    if rec.used < rec.ceiling:
-        raise DecodeError(f"{name}: used {rec.used} is below its ceiling {rec.ceiling} (a cap reached is at least)")
     fields = msgspec.structs.asdict(rec)
     fields["until_ts"] = rec.window_end if rec.until_ts is None else rec.until_ts
     return SpendCapSignal(**fields)

@@ -347,12 +347,12 @@ def test_a_spend_cap_record_is_checked_when_read():
     assert raw["kind"] == "spend_cap" and decode_fleet_record(json.dumps(raw)) == SIGNAL
     nulled = decode_fleet_record(json.dumps({**raw, "until_ts": None}))
     assert isinstance(nulled, SpendCapSignal) and nulled.until_ts == T0 + HOUR  # lifts nothing
+    early = decode_fleet_record(json.dumps({**raw, "from_ts": T0 + 5, "until_ts": T0 + 1}))
+    assert isinstance(early, SpendCapSignal) and not any(early.in_force(t) for t in range(T0, T0 + 10))
     for bad, why in (
         ({"id": "c:a:1"}, "its id is not"),
         ({"window_end": T0}, "window_end"),
         ({"from_ts": T0 + HOUR}, "from_ts"),
-        ({"until_ts": T0 - 1}, "until_ts"),
-        ({"used": 2}, "below its ceiling"),
         ({"unit": "dollars"}, "unit"),
         ({"ceiling": 0}, "ceiling"),
         ({"used": -1}, "used"),
@@ -394,6 +394,8 @@ def test_replay_reads_lifts_beside_stop_orders_and_a_lifted_cap_is_not_reached_a
     actions = [d["action"] for d in ds]
     assert actions == ["allow"] * 3 + ["abort"] * 2 + ["allow"] * 4 + ["allow"] * 3 + ["abort"]
     assert ds[-1]["fleet_signal"] == f"c:a:{T0 + HOUR}"
+    # a lift that ends before the cap is reached: nothing is paused in that window
+    assert [d["action"] for d in offline(events, config, [lifted(T0 + 1)])][:12] == ["allow"] * 12
     # a lift with a null until_ts lifts nothing; one after the window's end neither
     for until in (None, T0 + 2 * HOUR):
         assert [d["action"] for d in offline(events, config, [lifted(until)])][:9] == ["allow"] * 3 + ["abort"] * 6
