@@ -32,6 +32,7 @@ DETECTOR_SHORT = {
     "run_budget": "budget",
     "fleet_tool_breaker": "fleet",
     "operator_stop": "stopped",
+    "fleet_spend_cap": "spendcap",
 }
 ELLIPSIS = "…"
 
