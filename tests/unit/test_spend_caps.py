@@ -498,3 +498,31 @@ def test_the_fold_drops_old_windows_and_never_reaches_a_dropped_window_twice():
 
 def test_fleet_spend_cap_is_one_of_the_policy_detectors():
     assert "fleet_spend_cap" in POLICY_NAMES
+
+
+def test_the_replay_command_reads_lifts_from_its_fleet_file_and_writes_the_same_bytes_each_time(tmp_path):
+    import io
+
+    from streams.replay import read_fleet_file, run_replay
+
+    config = caps_config({"id": "c", "agents": ["a"], "toolCalls": 3}, {"id": "g", "per": "gateway", "tokens": 500})
+    r, q = Run("r", agent="a"), Run("q", agent="b", gateway="g2")
+    events = []
+    for i in range(8):
+        events += [r.call(str(i), ts=T0 + 10 * i), q.usage(100, ts=T0 + 10 * i + 1), q.call(str(i), ts=T0 + 10 * i + 2)]
+    lift = lifted(T0 + 45)
+    (tmp_path / "fleet.jsonl").write_text(json.dumps(lift) + "\n\n")
+    records = read_fleet_file(str(tmp_path / "fleet.jsonl"))
+    src = b"".join(json.dumps(e).encode() + b"\n" for e in events)
+    outs = []
+    for _ in range(2):
+        dst = io.BytesIO()
+        run_replay(DetectionConfig(config), io.BytesIO(src), dst, io.StringIO(), fleet_records=records)
+        outs.append(dst.getvalue())
+    assert outs[0] == outs[1]
+    got = [json.loads(line) for line in outs[0].splitlines()]
+    assert got == offline(events, config, [lift])
+    a = [d["action"] for d in got if d["run_id"] == "r"]
+    assert a == ["allow"] * 3 + ["abort"] * 2 + ["allow"] * 3  # paused from the 4th call until the lift at T0 + 45
+    b = [(d["action"], d["fleet_signal"]) for d in got if d["run_id"] == "q"]
+    assert b[:4] == [("allow", None)] * 4 and set(b[4:]) == {("abort", f"g:g2:{T0}")}  # the 5th usage reaches it
