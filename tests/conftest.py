@@ -39,6 +39,7 @@ def scenario_files(v2: tuple[str, ...] = (), v3: tuple[str, ...] = ()) -> list[P
 V2_ALL = ("210", "220", "230", "240")  # budgets, the tool breaker, shadow mode, stop orders
 V2_PER_RUN = ("210", "230")  # the v2 sections a worker decides without the fleet stage
 V3_ALL = ("250", "260")  # fleet spend caps; repeated failures, progress and cycles
+V3_PER_RUN = ("260",)  # the v3 sections a worker decides without the spend stage
 
 
 PLUGIN = ROOT / "clients" / "openclaw"

@@ -12,7 +12,7 @@ import pytest
 
 from detectors import DetectionConfig, decode_event
 from detectors.ingest import Folded, fold, offline_fleet
-from tests.conftest import V2_ALL, scenario_files
+from tests.conftest import V2_ALL, V3_PER_RUN, scenario_files
 from tests.events import offline, per_run
 from tests.integration.harness import (
     WorkerProcess,
@@ -81,7 +81,7 @@ def wait_for_signals(w: WorkerProcess, n: int, timeout: float = 30.0) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("path", scenario_files(V2_ALL), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", scenario_files(V2_ALL, V3_PER_RUN), ids=lambda p: p.stem)
 def test_scenario_through_kafka(path, bootstrap, start_worker):
     assert path.exists(), "no conformance scenarios found"
     sc = json.loads(path.read_text())

@@ -1,5 +1,5 @@
-"""Every shared conformance scenario (v1 and v2: 210 run budgets, 220 the fleet's tool
-breaker, 230 shadow mode, 240 stop orders), published through the TypeScript client
+"""Every shared conformance scenario (v1; v2: 210 run budgets, 220 the fleet's tool
+breaker, 230 shadow mode, 240 stop orders; v3: 260 section 12's rules), published through the TypeScript client
 (clients/openclaw) to a real broker and a real worker, gives the decisions offline replay
 gives, in privacy mode and in raw mode alike. Scenarios with the same config share a
 worker; run and gateway ids are tagged per mode and scenario so nothing collides.
@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from detectors import DetectionConfig
-from tests.conftest import V2_ALL, scenario_files
+from tests.conftest import V2_ALL, V3_PER_RUN, scenario_files
 from tests.integration.harness import WorkerProcess, new_prefix, produce, setup_topics
 from tests.integration.test_conformance_kafka import breaker_cuts, offline, wait_for_signals
 
@@ -55,7 +55,7 @@ def groups() -> list[tuple[list[Path], bool]]:
     a scenario with holdout or the fleet is a group of its own, its ids as written."""
     by_config: dict[str, list[Path]] = {}
     alone: list[list[Path]] = []
-    for path in scenario_files(V2_ALL):
+    for path in scenario_files(V2_ALL, V3_PER_RUN):
         sc = json.loads(path.read_text()) if path.exists() else {"config": None}
         if on_its_own(sc):
             alone.append([path])
