@@ -52,6 +52,12 @@ ABORT = COMPACTION_GUARD.name
 _NO_DECISIONS: tuple[Decision, ...] = ()
 
 
+def shown_name(ev: ToolCall | ToolResult | Usage) -> str:
+    """The tool's name as the event carried it (`Bash`, `run_shell_command`), for the
+    messages a model reads; `tool_name` on the wire stays normalized (section 7)."""
+    return ev.tool_name.strip() if not isinstance(ev, Usage) else ""
+
+
 def _decision(
     ev: ToolCall | ToolResult | Usage,
     tool: str | None,
@@ -67,10 +73,11 @@ def _decision(
     signal: str | None = None,
     shadow: bool = False,
 ) -> Decision:
-    """A decision of `ev`. `message` None: the detector's own (rebuilt from the fields);
-    `shadow`: not enforced, so published as allow with the action as `shadow_action`."""
+    """A decision of `ev`. `message` None: the detector's own (rebuilt from the fields,
+    naming the tool as the event carried it); `shadow`: not enforced, so published as
+    allow with the action as `shadow_action`."""
     if message is None and detector is not None:
-        message = BY_NAME[detector].message(action, tool or "", count, paired)
+        message = BY_NAME[detector].message(action, shown_name(ev) if tool else "", count, paired)
     # By position, in the wire order: run_id, seq, gateway_id, agent_id, tool_call_id,
     # tool_name, ts, event_id, action, level, detector, count, message, warning_key,
     # paired_tool_name, args_hash, config_hash, fleet_signal, enforced, shadow_action.
@@ -295,7 +302,7 @@ def _judged(
         if b is not None:  # an open breaker: a blocked call, history and warning memory as they were
             action, level, name, count = "block", "critical", FLEET_TOOL_BREAKER, b.runs
             warning_key, paired, signal = f"fleet:{tool}:{b.outcome}", None, b.id
-            message = breaker_message(tool, b)
+            message = breaker_message(shown_name(ev), b)
             record = False
             warned = state.warned
         elif budgets is not None and v is None:  # 8.4: a budget warning on an allowed call
@@ -381,7 +388,7 @@ def _aborted(
 ) -> tuple[RunState, tuple[Decision]]:
     """A call of a run aborted before: abort, by the detector of its first abort."""
     by = state.abort_by or ABORT  # a state stored before abort_by: only the guard aborted then
-    message = aborted_message(by, tool) if by in _POLICY else None
+    message = aborted_message(by, shown_name(ev)) if by in _POLICY else None
     shadow = by != OPERATOR_STOP and not enforced(cfg, ev.run_id)
     d = _decision(ev, tool, sig, cfg, "abort", "critical", by, None, None, None, message, None, shadow)
     a = Answer(ev.seq, d.action, "critical", by, None, None, None, message, None, d.shadow_action)
