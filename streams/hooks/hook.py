@@ -14,6 +14,10 @@ call run, exiting 1, which each runtime shows as a non-blocking hook error;
 `--fail-closed` denies the call with a message naming the cause (exit 0, the deny on
 stdout). A result, compaction or session-end hook has nothing to deny: it always lets
 the runtime go on.
+
+fast_hook.c is this hook as a C program (what `hooks install` writes by default): a
+change to what this one sends or prints is a change to both, and
+tests/unit/test_hooks_fast.py compares their bytes.
 """
 
 from __future__ import annotations
