@@ -726,8 +726,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="guard Claude Code, Codex and Gemini CLI through their hooks: the local sidecar, the installer",
         description="serve: the sidecar the hooks ask (one gateway client, an HTTP endpoint per runtime and hook "
         "event, POST /claude-code/PreToolUse ...). install: write or merge the runtime's hook config so each of its "
-        "hook events runs `loopwarden-hook RUNTIME EVENT`. The README's hooks sections say what each decision does "
-        "in each runtime.",
+        "hook events runs the fast hook (a small C program built at install, which starts no interpreter; "
+        "`loopwarden-hook RUNTIME EVENT`, the Python hook, where no C compiler is found or the build fails). "
+        "The README's hooks sections say what each decision does in each runtime.",
     )
     hks = hk.add_subparsers(dest="action", metavar="ACTION", required=True)
     hs = hks.add_parser("serve", help="serve the hooks until SIGINT or SIGTERM")
@@ -749,7 +750,9 @@ def build_parser() -> argparse.ArgumentParser:
     hi.add_argument("--fail-closed", action="store_true", help="the hooks deny calls when loopwarden gives no answer")
     hi.add_argument("--url", help="the sidecar's URL, if not http://127.0.0.1:7077")
     hi.add_argument("--http", action="store_true", help="claude-code: http hooks posting to the sidecar")
-    hi.add_argument("--hook-command", metavar="PATH", help="how the runtime runs loopwarden-hook")
+    hi.add_argument(
+        "--hook-command", metavar="PATH", help="run this hook command instead of the fast hook or loopwarden-hook"
+    )
     hk.set_defaults(func=cmd_hooks)
     return p
 

@@ -27,6 +27,7 @@ import pytest
 from benchmarks.hooks import HOOK, SidecarProcess
 from detectors import replay
 from detectors.config import load_config
+from detectors.fingerprint import normalize_tool_name
 from detectors.wire import RunEnd, ToolCall, decode_event, encode
 from streams.hooks import fast
 from streams.hooks.runtimes import RUNTIMES, answer
@@ -190,6 +191,11 @@ def test_a_looping_session_is_warned_then_denied_as_replay_decides(bootstrap, li
     else:
         assert deny["hookSpecificOutput"]["permissionDecision"] == "deny"
         assert deny["hookSpecificOutput"]["permissionDecisionReason"] == f"loopwarden: {calls[-1].message}"
+    # The model reads the tool's name as its runtime calls it (Bash, run_shell_command);
+    # the decisions topic carries it normalized (semantics.md section 7).
+    tool = PAYLOADS[runtime](RUNTIMES[runtime].call_event, session, tool_input=LOOP[runtime][0])["tool_name"]
+    assert calls[-1].message.startswith(f"Blocked: {tool} was called")
+    assert calls[-1].tool_name == normalize_tool_name(tool)
     warned = [out for _, _, out in seen if out and "additionalContext" in out]
     assert len(warned) == actions.count("warn")  # each warning reached the model as extra context
     if end:  # the session end ended the run: the same call starts from nothing
