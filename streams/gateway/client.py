@@ -43,7 +43,9 @@ Every abort the client receives for a run (an answer to a call, to a result or t
 usage event) is remembered in `aborted[run_id]`; the next `check` of that run returns it
 at once without publishing anything (the worker would answer every later call of an
 aborted run with abort, section 8 "Aborted runs"; and a worker that is down cannot get
-it allowed by the fail-open policy), and `end_run` forgets it.
+it allowed by the fail-open policy), and `end_run` forgets it. A spend cap's pause
+(`fleet_spend_cap`, section 11) is an abort that ends no run: the call is not run, but it
+is not remembered, so the run's next call is judged again.
 
 Shadow mode (semantics.md section 10). A decision with `enforced: false` already says
 `allow` (the would-be action is in `shadow_action`); the client hands it on so, never
@@ -81,6 +83,7 @@ from msgspec import UNSET
 
 from detectors.errors import LoopwardenError
 from detectors.fingerprint import fingerprint
+from detectors.policy import FLEET_SPEND_CAP
 from detectors.wire import (
     MAX_COST_USD,
     MAX_SAFE_INTEGER,
@@ -229,7 +232,7 @@ class GatewayClient:
         if not d.enforced:
             _remember(self._shadow, d.run_id, None)
             log_shadow(d)
-        elif d.action == "abort":
+        elif d.action == "abort" and d.detector != FLEET_SPEND_CAP:  # a pause is no end of the run (section 11)
             _remember(self.aborted, d.run_id, d)
         fut = self._waiting.pop((d.run_id, d.seq), None)
         if fut is not None and not fut.done():

@@ -20,6 +20,7 @@ from detectors.config import DetectionConfig, load_config
 from detectors.engine import apply
 from detectors.errors import DecodeError, LoopwardenError, StaleSeqError
 from detectors.fleet import FleetView
+from detectors.spend import SpendFold
 from detectors.wire import MAX_SAFE_INTEGER, Decision, ToolCall, decode_event, encode
 from streams.gateway import client as client_mod
 from streams.gateway import settings as settings_mod
@@ -511,3 +512,25 @@ def test_the_same_failing_call_is_blocked_by_failure_repeat_in_either_mode(priva
     assert [d.action for d in ds] == ["allow"] * 3 + ["block"]
     assert (ds[-1].detector, ds[-1].count) == ("failure_repeat", 3)
     assert ds[-1].message is not None and ds[-1].message.startswith("Blocked: edit failed 3 times in a row")
+
+
+def test_a_spend_caps_pause_is_not_remembered_as_the_end_of_the_run():
+    cap = {"id": "calls", "per": "agent", "windowMs": 86_400_000, "toolCalls": 2}
+    config = load_config(
+        json.dumps({"tools": {"loopDetection": {"enabled": True}}, "loopwarden": {"fleet": {"spendCaps": [cap]}}})
+    )
+    spend = SpendFold(config.spend_caps)  # what the spend stage does live
+    worker = FakeWorker(config, FleetView())
+
+    async def main():
+        c = offline("gw-1", worker)
+        out = []
+        for i in range(3):
+            out.append(await c.check("r", "read", {"p": i}, tool_call_id=f"c{i}", agent_id="a"))
+            for signal in spend.observe(worker.events[-1]):
+                worker.fleet.put(signal)
+        return out, c
+
+    ds, c = asyncio.run(main())
+    assert [d.action for d in ds] == ["allow", "allow", "abort"] and ds[-1].detector == "fleet_spend_cap"
+    assert c.aborted.get("r") is None  # paused, not ended: the next call is judged again
