@@ -26,7 +26,10 @@
  * - Every abort received for a run (the answer to a call, to a result or to a usage event)
  *   is remembered in `aborted`; the next `check` of that run returns it at once, without
  *   publishing anything (the worker answers every later call of an aborted run with abort,
- *   semantics.md section 8 "Aborted runs"); `endRun` forgets it.
+ *   semantics.md section 8 "Aborted runs"); `endRun` forgets it. A fleet spend cap's pause
+ *   (`fleet_spend_cap`, semantics.md section 11; `isPause`) is an abort that ends no run:
+ *   the call is not run, but nothing is remembered, so the run's next call is judged
+ *   again by the worker (paused while the cap is in force, as before once it is not).
  * - Shadow mode (semantics.md section 10): a decision with `enforced: false` says `allow`
  *   (what enforcement would have done is its `shadow_action`) and is handed on as it is,
  *   never remembered as an abort. A run known to be in shadow is not blocked by the
@@ -44,6 +47,8 @@ export const FAIL_OPEN = "fail-open";
 export const FAIL_CLOSED = "fail-closed";
 export type FailPolicy = typeof FAIL_OPEN | typeof FAIL_CLOSED;
 export const MAX_SAFE_SEQ = Number.MAX_SAFE_INTEGER;
+/** The detector of a fleet spend cap's pause (semantics.md section 11). */
+export const FLEET_SPEND_CAP = "fleet_spend_cap";
 /** A usage event's cost_usd, from 0 to this (wire-format.md "Bad input"). */
 export const MAX_COST_USD = 1e9;
 
@@ -142,7 +147,7 @@ export class GatewayClient {
   duplicates = 0;
   received = 0;
   foreign = 0;
-  /** The first abort received for each run (until `endRun`). */
+  /** The first abort received for each run (until `endRun`); never a spend cap's pause. */
   readonly aborted = new Map<string, Decision>();
   /** Runs a decision said are not enforced (shadow mode or held out). */
   readonly shadow = new Set<string>();
@@ -298,7 +303,7 @@ export class GatewayClient {
     this.#seen.add(d.event_id);
     if (this.#seen.size > SEEN_LIMIT) this.#seen.delete(this.#seen.values().next().value!);
     if (d.enforced === false) remember(this.shadow, d.run_id);
-    else if (d.action === "abort" && !this.aborted.has(d.run_id)) remember(this.aborted, d.run_id, d);
+    else if (d.action === "abort" && !isPause(d) && !this.aborted.has(d.run_id)) remember(this.aborted, d.run_id, d);
     const key = waitKey(d.run_id, d.seq);
     const w = this.#waiting.get(key);
     if (w) {
@@ -377,7 +382,8 @@ export class GatewayClient {
   }
 
   /** Publish a tool_call and wait for its decision, or for the fail policy after timeoutMs.
-   * A run this client knows to be aborted gets its abort back at once, nothing published. */
+   * A run this client knows to be aborted gets its abort back at once, nothing published
+   * (a paused run is not known as aborted: its calls are sent and judged). */
   async check(
     runId: string,
     toolName: string,
@@ -524,6 +530,11 @@ function modelName(v: unknown): string | null {
 
 function show(v: unknown): string {
   return typeof v === "string" ? JSON.stringify(v) : typeof v === "bigint" ? `${v}n` : String(v);
+}
+
+/** A fleet spend cap's pause: an abort of the call, not of its run (semantics.md section 11). */
+export function isPause(d: Pick<Decision, "action" | "detector">): boolean {
+  return d.action === "abort" && d.detector === FLEET_SPEND_CAP;
 }
 
 /** Add to a bounded map or set, dropping its oldest entry when full. */

@@ -9,12 +9,19 @@
  *   the worker is the tool's own, without the appended warning, so a warning does not
  *   look like progress.
  *   A fleet block (`fleet_tool_breaker`) is shown to the model as any block. An abort
- *   (any detector: a loop, a spent budget, an operator's stop order) blocks the call, and
- *   every later call of the run is blocked with the same message at once: the client
- *   remembers the abort until the run ends (OpenClaw offers a tool hook no way to end the
- *   run itself; its own loop detection blocks calls in the same way). A decision with
- *   `enforced: false` (shadow mode, holdout) is executed as `allow` and logged at debug
- *   level with its `shadow_action`.
+ *   (a loop, a spent budget, an operator's stop order) blocks the call, and every later
+ *   call of the run is blocked with the same message at once: the client remembers the
+ *   abort until the run ends (OpenClaw's tool hook result can block a call, not end a
+ *   run; its own loop detection blocks calls in the same way).
+ *   A fleet spend cap's pause (an abort with detector `fleet_spend_cap`, semantics.md
+ *   section 11) is no end of the run: the call is blocked with the pause's message, and
+ *   the current turn is stopped where OpenClaw can (`stopTurn`: index.ts hands in the
+ *   host's own abort of the session's active run, the one `/stop` takes), once the hook
+ *   has its answer; nothing is remembered, so a later call (the rest of the turn where
+ *   it could not be stopped, or a later turn) is judged again by the worker: paused while
+ *   the cap is in force, judged as before once its window ended or it was lifted.
+ *   A decision with `enforced: false` (shadow mode, holdout) is executed as `allow` and
+ *   logged at debug level with its `shadow_action`.
  *   When no worker answers in `timeoutMs`, or the broker cannot be reached, the fail
  *   policy decides (fail-open: run the call; fail-closed: block it). The hook never throws:
  *   OpenClaw would block a call whose hook throws, whatever the policy says.
@@ -35,7 +42,9 @@
 import Ajv from "ajv";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
-import { FAIL_CLOSED, GatewayClient, MAX_COST_USD, remember, type Decision, type FailPolicy, type Usage } from "./client.ts";
+import {
+  FAIL_CLOSED, GatewayClient, MAX_COST_USD, isPause, remember, type Decision, type FailPolicy, type Usage,
+} from "./client.ts";
 
 const manifest = JSON.parse(readFileSync(new URL("../openclaw.plugin.json", import.meta.url), "utf8"));
 
@@ -153,11 +162,20 @@ export function usageOf(event: LlmOutputEvent): Usage | undefined {
   return { inputTokens, outputTokens, costUsd, model: event.resolvedRef ?? event.model ?? null };
 }
 
+/** Stops the current turn of an OpenClaw session (its active run's attempt), as OpenClaw's
+ * `/stop` does; true when one was stopped. Given the call's ids; index.ts's `hostStopTurn`
+ * is the host's. */
+export type StopTurn = (target: { runId: string; sessionId?: string; sessionKey?: string }) => boolean | Promise<boolean>;
+
 const RETRY_CONNECT_MS = 5000;
 const PENDING_LIMIT = 10_000;
 
-/** The hook handlers, bound to one client (started on first use, retried after failures). */
-export function createHooks(config: LoopwardenConfig, logger: Logger, client: GatewayClient = clientFor(config)) {
+/** The hook handlers, bound to one client (started on first use, retried after failures);
+ * `stopTurn` stops a session's current turn on a spend cap's pause (none: the pause blocks
+ * each call on its own). */
+export function createHooks(
+  config: LoopwardenConfig, logger: Logger, client: GatewayClient = clientFor(config), stopTurn?: StopTurn,
+) {
   let started: Promise<GatewayClient> | undefined;
   let failedAt = 0;
   const warnings = new Map<string, string>(); // toolCallId -> the warning for its result
@@ -226,6 +244,18 @@ export function createHooks(config: LoopwardenConfig, logger: Logger, client: Ga
     }
   }
 
+  /** Stops the turn a paused call belongs to, if OpenClaw lets the plugin; says what came
+   * of it, for the log. Never throws: the call is blocked either way. */
+  async function stopCurrentTurn(runId: string, ctx: ToolContext): Promise<string> {
+    if (!stopTurn) return "the turn goes on: no way to stop it here";
+    try {
+      const stopped = await stopTurn({ runId, sessionId: ctx.sessionId, sessionKey: ctx.sessionKey });
+      return stopped ? "the current turn is stopped" : "the turn goes on: OpenClaw had no active run to stop";
+    } catch (err) {
+      return `the turn goes on: stopping it failed: ${err instanceof Error ? err.message : String(err)}`;
+    }
+  }
+
   return {
     client,
 
@@ -240,6 +270,13 @@ export function createHooks(config: LoopwardenConfig, logger: Logger, client: Ga
         return undefined;
       }
       const toolCallId = event.toolCallId ?? ctx.toolCallId;
+      if (isPause(d)) {
+        if (toolCallId) remember(blocked, toolCallId, undefined, PENDING_LIMIT);
+        const reason = d.message ?? `loopwarden: paused by a fleet spend cap (${d.fleet_signal ?? detector})`;
+        const turn = await stopCurrentTurn(d.run_id, ctx);
+        logger.warn(`loopwarden pause ${tool} in run ${d.run_id} (${detector}; ${turn}): ${reason}`);
+        return { block: true, blockReason: reason };
+      }
       if (d.action === "block" || d.action === "abort") {
         if (toolCallId) remember(blocked, toolCallId, undefined, PENDING_LIMIT);
         const reason = d.message ?? `loopwarden: ${d.action} (${detector})`;

@@ -129,6 +129,21 @@ test("an abort received for a run is remembered: the next check returns it at on
   assert.equal(client.foreign, 1);
 });
 
+test("a spend cap's pause (fleet_spend_cap) is no abort of the run: not remembered, the next check asks again", async () => {
+  const { client, encoded } = offline();
+  const pause = decision({ run_id: "r-pause", seq: 3, action: "abort", level: "critical", detector: "fleet_spend_cap",
+    count: 3, warning_key: "spend:calls:calls", fleet_signal: "calls:main:0",
+    message: "Paused: the fleet spend cap calls is reached for agent main (calls: 3 used of 3 in its window); ..." });
+  deliver(client, pause);
+  assert.equal(client.aborted.has("r-pause"), false);
+  const next = await client.check("r-pause", "read", { path: "a" }); // asked again: not started, the policy answers
+  assert.deepEqual([next.action, next.degraded, next.detector], ["allow", true, null]);
+  assert.deepEqual(encoded.map((e) => [e.type, e.run_id]), [["tool_call", "r-pause"]]);
+  // A run budget's abort of the same run is still its end.
+  deliver(client, decision({ run_id: "r-pause", seq: 4, action: "abort", detector: "run_budget", message: "Run aborted" }));
+  assert.equal(client.aborted.get("r-pause")?.detector, "run_budget");
+});
+
 test("shadow: a decision not enforced is no abort, and a shadow run is not blocked by fail-closed", async () => {
   const { client } = offline({ failPolicy: "fail-closed" });
   deliver(client, decision({ run_id: "r-shadow", action: "allow", level: "critical", detector: "generic_repeat",

@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import { hostname } from "node:os";
 import { test } from "node:test";
 import { GatewayClient, type Decision } from "../src/client.ts";
-import { ConfigError, createHooks, resolveConfig, usageOf } from "../src/plugin.ts";
+import { hostStopTurn } from "../src/index.ts";
+import { ConfigError, createHooks, resolveConfig, usageOf, type StopTurn } from "../src/plugin.ts";
 import { AgentRun, install, loadPlugin } from "./host.ts";
 
 const output = (text: string) => ({ content: [{ type: "text", text }], details: { bytes: text.length } });
@@ -40,20 +41,26 @@ test("register: the eight hooks and the tool-result middleware, on OpenClaw's pl
 });
 
 /** A client that answers from a script (an action, or the decision's fields) and records
- * what the hooks sent. */
+ * what the hooks sent; each decision is also read by the client as one from the decisions
+ * topic (so an abort is remembered as the real client remembers it). */
 function scripted(script: (Decision["action"] | Partial<Decision>)[]) {
   const client = new GatewayClient({ bootstrap: "127.0.0.1:1", gatewayId: "gw-s" });
   const sent: string[] = [];
   let n = 0;
+  const check = client.check.bind(client);
   Object.assign(client, {
     start: async () => client,
     close: async () => undefined,
     check: async (runId: string, tool: string) => {
+      const held = client.aborted.get(runId);
+      if (held) return check(runId, tool); // the real client's answer, nothing sent
       const step = script[n++];
       const fields = typeof step === "string" ? { action: step } : step;
       sent.push(`call ${tool}`);
-      return { ...client.fallback({ type: "tool_call", run_id: runId, seq: n, gateway_id: "gw-s", tool_name: tool }),
-        degraded: false, message: `${fields.action} #${n} from loopwarden`, ...fields };
+      const d: Decision = { ...client.fallback({ type: "tool_call", run_id: runId, seq: n, gateway_id: "gw-s", tool_name: tool }),
+        degraded: undefined, message: `${fields.action} #${n} from loopwarden`, ...fields };
+      client.deliver(Buffer.from(JSON.stringify(d)));
+      return d;
     },
     usage: async (runId: string, u: Record<string, unknown>) => void sent.push(`usage ${runId} ${JSON.stringify(u)}`),
     result: async (_r: string, tool: string, _p: unknown, o: { result?: unknown; error?: unknown }) => {
@@ -94,15 +101,15 @@ for (const middleware of [true, false]) {
 }
 
 /** The hooks on a scripted client, run by OpenClaw's hook runner. */
-function scriptedRun(script: Parameters<typeof scripted>[0], runId = "run-s") {
+function scriptedRun(script: Parameters<typeof scripted>[0], runId = "run-s", stopTurn?: StopTurn) {
   const { client, sent } = scripted(script);
   const logs: { level: string; message: string }[] = [];
   const at = (level: string) => (message: string) => void logs.push({ level, message });
   const hooks = createHooks(resolveConfig({ bootstrap: "127.0.0.1:1", gatewayId: "gw-s" }),
-    { debug: at("debug"), info: at("info"), warn: at("warn"), error: at("error") }, client);
+    { debug: at("debug"), info: at("info"), warn: at("warn"), error: at("error") }, client, stopTurn);
   const { client: _c, tool_result_middleware, ...handlers } = hooks;
   const runner = install(Object.entries(handlers).map(([hookName, handler]) => ({ pluginId: "loopwarden", hookName, handler, source: "test" })));
-  return { run: new AgentRun(runner, runId, [tool_result_middleware as never]), sent, logs };
+  return { run: new AgentRun(runner, runId, [tool_result_middleware as never]), runner, sent, logs, client };
 }
 
 test("shadow: a decision not enforced runs the call as allow, shows the model nothing, logs its shadow_action at debug", async () => {
@@ -140,6 +147,76 @@ test("a fleet block is shown to the model like any block; an operator's stop abo
   assert.deepEqual(sent, ["call web_fetch", "call read"]); // blocked calls are no part of the history
   assert.match(logs[0].message, /^loopwarden block web_fetch in run run-s \(fleet_tool_breaker\): Blocked: web_fetch is failing/);
   assert.match(logs[1].message, /^loopwarden abort read in run run-s \(operator_stop\): incident 42/);
+});
+
+const PAUSE = { action: "abort" as const, level: "critical" as const, detector: "fleet_spend_cap", count: 3,
+  warning_key: "spend:calls:calls", fleet_signal: "calls:main:1796860800000",
+  message: "Paused: the fleet spend cap calls is reached for agent main (calls: 3 used of 3 in its window); tool calls " +
+    "are paused until the window ends at 2026-12-04T00:00:00Z, unless an operator lifts the cap sooner. The run is not aborted." };
+
+test("a spend cap's pause blocks the call with its message and stops the current turn; later calls are judged again", async () => {
+  const stops: Parameters<StopTurn>[0][] = [];
+  const stopTurn: StopTurn = (target) => (stops.push(target), true);
+  const { run, sent, logs, client } = scriptedRun(["allow", PAUSE, PAUSE, "allow"], "run-p", stopTurn);
+  const a = await run.call("read", { path: "a" }, () => output("contents"));
+  assert.deepEqual([a.ran, stops.length], [true, 0]);
+  const p = await run.call("exec", { command: "make" }, () => output("never"));
+  assert.deepEqual([p.ran, p.text, p.persistedText, p.result.details?.status], [false, PAUSE.message, PAUSE.message, "blocked"]);
+  assert.deepEqual(stops, [{ runId: "run-p", sessionId: "session-run-p", sessionKey: "agent:main:run-p" }]);
+  assert.equal(client.aborted.has("run-p"), false); // paused, not ended
+  // Where the turn went on (or a later turn of the run): each call is sent and judged again,
+  // paused while the cap is in force, run once it is lifted.
+  const again = await run.call("exec", { command: "make" }, () => output("never"));
+  assert.deepEqual([again.ran, again.text], [false, PAUSE.message]);
+  const lifted = await run.call("exec", { command: "make" }, () => output("built"));
+  assert.deepEqual([lifted.ran, lifted.text], [true, "built"]);
+  assert.equal(stops.length, 2);
+  const result = (tool: string, text: string) => `result ${tool} ${JSON.stringify(output(text).content)}`;
+  // every call was sent; the paused ones are no part of the run's history
+  assert.deepEqual(sent, ["call read", result("read", "contents"), "call exec", "call exec", "call exec", result("exec", "built")]);
+  assert.match(logs[0].message,
+    /^loopwarden pause exec in run run-p \(fleet_spend_cap; the current turn is stopped\): Paused: the fleet spend cap calls/);
+  assert.equal(logs[0].level, "warn");
+});
+
+test("a pause where the turn cannot be stopped (no way to, no active run, a failure) still blocks the call", async () => {
+  for (const [stopTurn, said] of [
+    [undefined, "the turn goes on: no way to stop it here"],
+    [() => false, "the turn goes on: OpenClaw had no active run to stop"],
+    [() => { throw new Error("host gone"); }, "the turn goes on: stopping it failed: host gone"],
+  ] as [StopTurn | undefined, string][]) {
+    const { run, logs } = scriptedRun([PAUSE], "run-q", stopTurn);
+    const p = await run.call("exec", { command: "make" }, () => output("never"));
+    assert.deepEqual([p.ran, p.text], [false, PAUSE.message]);
+    assert.equal(logs[0].message, `loopwarden pause exec in run run-q (fleet_spend_cap; ${said}): ${PAUSE.message}`);
+  }
+});
+
+test("hostStopTurn: OpenClaw's own abort of the session's active run (what /stop takes), found by session id or key", async () => {
+  const { setActiveEmbeddedRun, clearActiveEmbeddedRun } = await import("openclaw/plugin-sdk/agent-harness-runtime");
+  const aborted: string[] = [];
+  const handle = (sessionId: string) => ({
+    runId: `run-of-${sessionId}`, queueMessage: async () => undefined, isStreaming: () => true, isCompacting: () => false,
+    abort: () => void aborted.push(sessionId),
+  });
+  const h1 = handle("session-run-h");
+  setActiveEmbeddedRun("session-run-h", h1 as never, "agent:main:run-h");
+  const logs: string[] = [];
+  const log = (m: string) => void logs.push(m);
+  const stop = hostStopTurn({ info: log, warn: log, error: log });
+  try {
+    // Through the plugin, OpenClaw's hook runner and tool wrapper: the call is blocked with the
+    // pause's message and the session's active run is aborted.
+    const { run } = scriptedRun([PAUSE], "run-h", stop);
+    const p = await run.call("exec", { command: "make" }, () => output("never"));
+    assert.deepEqual([p.ran, p.text, aborted], [false, PAUSE.message, ["session-run-h"]]);
+    assert.equal(await stop({ runId: "run-h", sessionKey: "agent:main:run-h" }), true); // by key
+    assert.equal(await stop({ runId: "run-x", sessionId: "session-none" }), false); // no active run there
+    assert.deepEqual(aborted, ["session-run-h", "session-run-h"]);
+    assert.deepEqual(logs, []);
+  } finally {
+    clearActiveEmbeddedRun("session-run-h", h1 as never, "agent:main:run-h");
+  }
 });
 
 test("section 12's blocks (failure_repeat, cycle) reach the model with their message, and the run goes on", async () => {
