@@ -21,6 +21,16 @@ What a decision does, by runtime (README, "Claude Code, Codex and Gemini CLI"):
   `continue: false` on PreToolUse (the hook counts as failed and the call runs), so
   there the abort is a deny, and every later call of the run is denied too. After a
   tool (PostToolUse, AfterTool) all three accept `continue: false`.
+- pause (`PAUSE`: the sidecar's name for an abort by a fleet spend cap, detector
+  `fleet_spend_cap`, semantics.md section 11): the call denied with the pause's message
+  and the current turn stopped where the call hook can stop it, in the abort's form:
+  Claude Code's `continue: false` ends the turn (the session goes on with the user's
+  next prompt), Gemini CLI's BeforeTool `continue: false` ends the agent loop of the
+  turn. Codex has no way to end a turn from PreToolUse (`continue` and `stopReason`
+  are refused there; exit code 2 is a deny too), so there a pause is the deny alone and
+  the model's next call is judged again. Unlike an abort, a pause ends no run: nothing
+  is remembered, a result hook never stops for it, and the session's next call is
+  judged again by the worker.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from __future__ import annotations
 import json
 
 CALL, RESULT, FAILURE, COMPACTION, END = "call", "result", "failure", "compaction", "end"
+PAUSE = "pause"  # a fleet spend cap's abort: the call and the current turn, not the run (see above)
 MAX_INPUT_BYTES = 16 << 20  # 16 times the worker's default event limit (1 MiB)
 FAIL_OPEN, FAIL_CLOSED = "fail-open", "fail-closed"
 
@@ -38,9 +49,10 @@ class BadInput(ValueError):
 
 class Runtime:
     """`events`: hook event -> kind; `stops_on_call`: the call hook's answer can stop the
-    run; `context_on_call`: it can carry context for the model; `call_event`: the hook
-    that judges a call. (Plain classes, not dataclasses or named tuples: the hook imports
-    this module on every tool call, and those cost it milliseconds.)"""
+    run (and so the current turn); `context_on_call`: it can carry context for the model;
+    `call_event`: the hook that judges a call. (Plain classes, not dataclasses or named
+    tuples: the hook imports this module on every tool call, and those cost it
+    milliseconds.)"""
 
     __slots__ = ("name", "events", "stops_on_call", "context_on_call", "call_event")
 
@@ -172,9 +184,9 @@ def parse(runtime: str, event: str, body: bytes, max_bytes: int = MAX_INPUT_BYTE
 
 
 def answer(runtime: str, event: str, action: str, message: str | None) -> str:
-    """What the hook prints for a decision's action (allow, warn, block, abort), exit 0.
-    On a result hook, `warn` is context held from the call and `abort` a run already
-    aborted."""
+    """What the hook prints for a decision's action (allow, warn, block, abort, or PAUSE
+    for a spend cap's pause), exit 0. On a result hook, `warn` is context held from the
+    call and `abort` a run already aborted; a pause stops nothing there."""
     rt, kind = endpoint(runtime, event)
     text = f"loopwarden: {message}" if message else "loopwarden stopped this call"
     if action == "allow" or kind in (COMPACTION, END) or (action == "warn" and not message):
@@ -182,7 +194,7 @@ def answer(runtime: str, event: str, action: str, message: str | None) -> str:
     if kind == CALL:
         if action == "warn":
             return _dump(_context(event, text)) if rt.context_on_call else ""
-        if action == "abort" and rt.stops_on_call:
+        if action in ("abort", PAUSE) and rt.stops_on_call:  # the run's end, or the turn's
             return _dump({"continue": False, "stopReason": text, **_deny(rt, event, text)})
         return _dump(_deny(rt, event, text))
     if action == "warn":

@@ -17,6 +17,17 @@ compaction hook `compaction_retry`; a session end `run_end`. Before a call or re
 the model calls the transcript shows since the previous hook are sent as `usage` events
 (streams.hooks.transcripts).
 
+Aborts and pauses. An abort is answered in the runtime's form (streams.hooks.runtimes),
+and the client remembers it: the run's next call is answered with it at once, and its
+next result hook stops the runtime where the result hook can. A fleet spend cap's pause
+(an abort with detector `fleet_spend_cap`, semantics.md section 11) is answered as
+`PAUSE`: the call denied with the pause's message and the current turn stopped where the
+call hook can stop it; nothing is remembered (the client keeps no pause in `aborted`),
+so the session is neither ended nor aborted, its result hooks stop nothing, and its next
+call (the rest of a turn the runtime could not stop, or a later turn) is judged again by
+the worker: paused while the cap is in force, judged as before once its window ended or
+an operator lifted it. /health counts answers by action (`answer_pause` apart).
+
 No decision: when the worker does not answer in time (or Kafka cannot be reached), a
 call is answered by the fail policy: the hook's (`X-Loopwarden-Policy`, which
 loopwarden-hook sends) or the sidecar's `--fail-closed` for http hooks. Fail-open lets
@@ -41,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from detectors.errors import LoopwardenError
+from detectors.policy import FLEET_SPEND_CAP
 from detectors.wire import CompactionRetry, Decision
 from streams.gateway.adapters import as_result
 from streams.gateway.client import GatewayClient
@@ -52,6 +64,7 @@ from .runtimes import (
     FAIL_CLOSED,
     FAIL_OPEN,
     MAX_INPUT_BYTES,
+    PAUSE,
     RUNTIMES,
     BadInput,
     Hook,
@@ -167,7 +180,8 @@ class Sidecar:
         return Reply(200, answer(hook.runtime, hook.event, "warn", held) if held else "")
 
     def _verdict(self, hook: Hook, d: Decision, policy: str) -> tuple[str, str | None, str | None]:
-        """(action, message for the model, cause of no decision) of a call's decision."""
+        """(action, message for the model, cause of no decision) of a call's decision; a
+        spend cap's pause is the action PAUSE (see the module docstring)."""
         if d.degraded:
             cause = f"loopwarden gave no decision within {self.client.timeout_s:g}s"
             if policy == FAIL_CLOSED and d.enforced:
@@ -182,6 +196,8 @@ class Sidecar:
                 d.shadow_action,
             )
             return "allow", None, None
+        if d.action == "abort" and d.detector == FLEET_SPEND_CAP:
+            return PAUSE, d.message, None
         return d.action, d.message, None
 
     def _agent(self, hook: Hook, headers: dict[str, str]) -> str | None:

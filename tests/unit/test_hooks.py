@@ -13,20 +13,26 @@ answer); Gemini CLI https://github.com/google-gemini/gemini-cli/blob/main/docs/h
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from detectors.config import load_config
+from detectors.fleet import FleetView, SpendCapSignal
 from streams.hooks import hook as hook_mod
-from streams.hooks.runtimes import BadInput, answer, fail_answer, parse
+from streams.hooks.runtimes import PAUSE, RUNTIMES, BadInput, answer, fail_answer, parse
+from streams.hooks.sidecar import Sidecar
 from streams.hooks.transcripts import ModelCall, Tail
-from tests.unit.test_hooks_payloads import body, claude, codex, gemini
+from tests.unit.test_client_unit import FakeWorker, offline
+from tests.unit.test_hooks_payloads import PAYLOADS, body, claude, codex, gemini
 
 ROOT = Path(__file__).resolve().parents[2]
 MSG = "exec called 20 times with identical arguments"
@@ -92,6 +98,110 @@ def test_gemini_cli_answers_and_warns_only_after_the_tool():
     assert out("gemini-cli", "AfterTool", "warn") == {
         "hookSpecificOutput": {"hookEventName": "AfterTool", "additionalContext": f"loopwarden: {MSG}"}
     }
+
+
+PAUSED = "Paused: the fleet spend cap daily is reached for agent ci (calls: 100 used of 100 in its window); ..."
+
+
+def test_a_pause_is_the_deny_and_stops_the_turn_where_the_call_hook_can():
+    """A spend cap's pause (the sidecar's PAUSE) denies the call with its message in every
+    runtime, and stops the current turn with `continue: false` where the call hook can:
+    Claude Code and Gemini CLI; Codex refuses continue/stopReason on PreToolUse, so there
+    it is the deny alone. After a tool, a pause stops nothing (it ends no run)."""
+    text = f"loopwarden: {PAUSED}"
+    claude_deny = {"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": text}
+    assert out("claude-code", "PreToolUse", PAUSE, PAUSED) == {
+        "continue": False,
+        "stopReason": text,
+        "hookSpecificOutput": claude_deny,
+    }
+    assert out("codex", "PreToolUse", PAUSE, PAUSED) == {"hookSpecificOutput": claude_deny}
+    assert out("gemini-cli", "BeforeTool", PAUSE, PAUSED) == {
+        "continue": False,
+        "stopReason": text,
+        "decision": "deny",
+        "reason": text,
+    }
+    for runtime, rt in RUNTIMES.items():
+        for event, kind in rt.events.items():
+            if kind != "call":
+                assert answer(runtime, event, PAUSE, PAUSED) == "", (runtime, event)
+
+
+SPEND_CONFIG = load_config(
+    json.dumps(
+        {
+            "tools": {"loopDetection": {"enabled": True}},
+            "loopwarden": {
+                "fleet": {"spendCaps": [{"id": "daily", "per": "agent", "windowMs": 86_400_000, "toolCalls": 100}]}
+            },
+        }
+    )
+)
+
+
+def spend_signal(now_ms: int, key: str, until_ts: int | None = None) -> SpendCapSignal:
+    """The record the spend stage publishes when cap `daily` is reached for `key` now (a
+    lift: the same with an earlier until_ts)."""
+    start = now_ms // 86_400_000 * 86_400_000
+    end = start + 86_400_000
+    return SpendCapSignal(
+        id=f"daily:{key}:{start}",
+        cap="daily",
+        key=key,
+        window_start=start,
+        window_end=end,
+        from_ts=max(start, now_ms - 1000),
+        until_ts=end if until_ts is None else until_ts,
+        unit="calls",
+        used=100,
+        ceiling=100,
+    )
+
+
+@pytest.mark.parametrize("runtime", list(RUNTIMES))
+def test_the_sidecar_answers_a_pause_in_the_runtimes_form_and_judges_the_next_call_again(runtime):
+    """Through the sidecar and a client answered by the offline fold: a call allowed, then
+    the cap reached for the session's agent: the next call is paused (the deny, and the
+    turn stopped where the call hook can), the earlier call's result hook stops nothing,
+    and once the cap is lifted the session's next call is judged again and allowed."""
+    rt, make = RUNTIMES[runtime], PAYLOADS[runtime]
+    result_event = next(e for e, k in rt.events.items() if k == "result")
+    worker = FakeWorker(SPEND_CONFIG, FleetView())
+    sidecar = Sidecar(offline("gw-hooks", worker), agent_id="ci")
+    session = f"pause-{runtime}"
+
+    def hook(event: str, i: int, **kw) -> str:
+        extra = {"tool_use_id": f"call-{i}"} if runtime != "gemini-cli" else {}
+        payload = make(event, session, tool_input={"command": f"make step{i}"}, transcript_path=None, **extra, **kw)
+        reply = asyncio.run(sidecar.handle(runtime, event, body(payload), {}))
+        assert (reply.status, reply.error) == (200, None)
+        return reply.body
+
+    assert hook(rt.call_event, 0) == ""
+    now = int(time.time() * 1000)
+    assert worker.fleet is not None
+    worker.fleet.put(spend_signal(now, "ci"))
+    paused = hook(rt.call_event, 1)
+    d = worker.decisions[-1]
+    assert (d.action, d.level, d.detector, d.fleet_signal) == (
+        "abort",
+        "critical",
+        "fleet_spend_cap",
+        f"daily:ci:{now // 86_400_000 * 86_400_000}",
+    )
+    assert d.message is not None and d.message.startswith("Paused: the fleet spend cap daily is reached for agent ci")
+    assert paused == answer(runtime, rt.call_event, PAUSE, d.message)
+    assert ('"continue":false' in paused) == rt.stops_on_call
+    assert sidecar.client.aborted.get(session) is None
+    assert hook(result_event, 0, tool_response="ok") == ""  # a pause ends no run: nothing is stopped after it
+    worker.fleet.put(spend_signal(now, "ci", until_ts=int(time.time() * 1000)))  # the operator's lift
+    time.sleep(0.002)
+    assert hook(rt.call_event, 2) == ""
+    calls = [e for e in worker.events if type(e).__name__ == "ToolCall"]
+    assert len(calls) == 3  # each call was sent and judged
+    assert [d.action for d in worker.decisions if d.tool_name is not None] == ["allow", "abort", "allow"]
+    assert (sidecar.counts["answer_pause"], sidecar.counts["answer_abort"], sidecar.counts["answer_allow"]) == (1, 0, 2)
 
 
 def test_fail_closed_denies_calls_only():

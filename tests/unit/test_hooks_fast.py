@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from streams.hooks import fast
+from streams.hooks.runtimes import PAUSE
+from streams.hooks.runtimes import answer as runtime_answer
 from tests.unit.test_hooks_payloads import PAYLOADS, body, claude, codex, gemini
 
 PY_HOOK = Path(sys.executable).parent / "loopwarden-hook"
@@ -119,9 +121,18 @@ def http(status: bytes, body_: bytes = b"", *headers: bytes, length: bool = True
 DENY = (
     b'{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"x"}}'
 )
+PAUSED = runtime_answer(  # a spend cap's pause: the deny, and the turn stopped
+    "claude-code",
+    "PreToolUse",
+    PAUSE,
+    "Paused: the fleet spend cap daily is reached for agent ci (calls: 100 tool calls used of 100 tool calls in its "
+    "window); tool calls are paused until the window ends at 2026-12-04T00:00:00Z, unless an operator lifts the cap "
+    "sooner. The run is not aborted.",
+).encode()
 ANSWERS = [  # what a sidecar, or something else on its port, may answer
     http(b"200 OK"),
     http(b"200 OK", DENY),
+    http(b"200 OK", PAUSED),
     http(b"200 OK", DENY, b"X-Loopwarden-Error: held; the call runs"),
     http(b"200 OK", b"", b"X-Loopwarden-Error: loopwarden gave no decision within 2s; the call runs (fail-open)"),
     http(
