@@ -27,10 +27,10 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from benchmarks.kafka import KEEP_HELP, end, own_broker, scratch, start_worker
 from streams.admin.topics import create_topics
-from streams.gateway import settings as settings_mod
 from streams.gateway.adapters.langchain import RUN_KEY, LoopwardenMiddleware
 from streams.gateway.adapters.openai_agents import LoopwardenGuard
 from streams.gateway.client import GatewayClient
+from streams.kafka import settings as settings_mod
 from streams.tools import localkafka
 
 RUN_LEN = 20

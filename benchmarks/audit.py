@@ -33,10 +33,10 @@ import msgspec
 from benchmarks.kafka import own_broker, preload, publish
 from benchmarks.trace import CONFIG, generate
 from streams.admin.topics import create_topics
-from streams.gateway import settings as settings_mod
+from streams.kafka import settings as settings_mod
+from streams.kafka.producer import OutRecord
 from streams.tools import localkafka
 from streams.tools.launch import command
-from streams.worker.producer import OutRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 CHUNK = 20_000

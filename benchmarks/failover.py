@@ -59,8 +59,8 @@ from benchmarks.recovery import make_events
 from detectors import load_config
 from detectors.ingest import Folded, fold
 from streams.admin.topics import create_topics
-from streams.gateway import settings as settings_mod
 from streams.gateway.client import GatewayClient
+from streams.kafka import settings as settings_mod
 from streams.tools import localkafka
 from streams.tools.launch import health
 

@@ -32,7 +32,7 @@ from aiokafka.partitioner import murmur2
 from benchmarks.kafka import KEEP_HELP, end, own_broker, pct, scratch, spawn
 from streams.admin import fleet_topic
 from streams.admin.topics import create_topics
-from streams.gateway import settings as settings_mod
+from streams.kafka import settings as settings_mod
 from streams.tools import localkafka
 from streams.tools.launch import command, health
 

@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.kafka import KEEP_HELP, scratch
-from streams.gateway import settings as settings_mod
 from streams.hooks.runtimes import RUNTIMES
+from streams.kafka import settings as settings_mod
 from streams.tools.launch import Worker, command, stop_process
 from streams.tools.localkafka import free_port
 

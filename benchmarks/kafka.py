@@ -55,12 +55,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from benchmarks.trace import generate
 from streams.admin.topics import create_topics
-from streams.gateway import settings as settings_mod
 from streams.gateway.client import GatewayClient, partition_for
-from streams.gateway.connection import seek_to_start
+from streams.kafka import ranges
+from streams.kafka import settings as settings_mod
+from streams.kafka.producer import BatchProducer, OutRecord
 from streams.tools import localkafka
 from streams.tools.launch import Worker, stop_process
-from streams.worker.producer import BatchProducer, OutRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 GATEWAYS = 8
@@ -365,7 +365,7 @@ def own_broker(bootstrap: str | None, tmp: Path, heap: str = "512m") -> tuple[st
 
 async def publish(bootstrap: str, records: list[OutRecord]) -> None:
     """Publish records in explicit produce batches and wait for every acknowledgement."""
-    p = BatchProducer({"bootstrap_servers": bootstrap})
+    p = BatchProducer(settings_mod.build({"bootstrap": bootstrap}, env={}))
     await p.start()
     try:
         await p.publish(records)
@@ -389,15 +389,12 @@ async def from_start(
 ) -> AsyncIterator[tuple[AIOKafkaConsumer, list[TopicPartition], dict[TopicPartition, int]]]:
     """A consumer without a group, on every partition of `topic` from its beginning:
     (the consumer, its partitions, their end offsets when it started)."""
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **kwargs)
-    await c.start()
+    r = await ranges.open_range(settings_mod.build({"bootstrap": bootstrap}, env={}), **kwargs)
     try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        c.assign(tps)
-        await seek_to_start(c, tps)
-        yield c, tps, await c.end_offsets(tps)
+        tps = await r.add(topic, ranges.BEGINNING, partitions=range(partitions))
+        yield r.consumer, tps, dict(r.ends)
     finally:
-        await c.stop()
+        await r.close()
 
 
 def partitions_of(c: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:

@@ -52,8 +52,8 @@ from benchmarks.kafka import (
     worker_metric,
 )
 from streams.admin.topics import create_topics
-from streams.gateway import settings as settings_mod
 from streams.gateway.client import GatewayClient
+from streams.kafka import settings as settings_mod
 from streams.tools import localkafka
 from streams.worker.tracing import ENV
 

@@ -28,8 +28,8 @@ from statistics import median
 
 from benchmarks.kafka import end, own_broker, paced, params_of, start_worker
 from streams.admin.topics import create_topics
-from streams.gateway import settings as settings_mod
 from streams.gateway.client import GatewayClient
+from streams.kafka import settings as settings_mod
 from streams.tools import localkafka
 
 ROOT = Path(__file__).resolve().parents[1]

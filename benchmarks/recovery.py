@@ -81,10 +81,10 @@ from benchmarks.kafka import (
 )
 from benchmarks.trace import LOOP_KINDS, _run_events
 from streams.admin.topics import create_topics
-from streams.gateway import settings as settings_mod
 from streams.gateway.client import partition_for
+from streams.kafka import settings as settings_mod
+from streams.kafka.producer import OutRecord
 from streams.tools import launch, localkafka
-from streams.worker.producer import OutRecord
 
 BROKER_HEAP = "768m"
 PROBE_RUN = "run-000000"

@@ -51,8 +51,8 @@ from benchmarks.kafka import cpu_seconds, end, start_worker
 from benchmarks.recovery import metrics, rss_mb, stoppable
 from benchmarks.trace import LOOP_KINDS, _run_events
 from streams.admin.topics import create_topics
-from streams.gateway import settings as settings_mod
 from streams.gateway.client import GatewayClient
+from streams.kafka import settings as settings_mod
 from streams.tools import localkafka
 
 BROKER_HEAP = "512m"

@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING
 
 from detectors.errors import LoopwardenError
 
-from .gateway import settings as settings_mod
+from .kafka import settings as settings_mod
 
 if TYPE_CHECKING:
     from detectors import DetectionConfig
@@ -129,8 +129,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     with _needs_worker_extra("worker"):
         from .worker.app import run_worker
+        from .worker.settings import WorkerSettings
 
-    run_worker(_settings(args))
+    run_worker(settings_mod.build(vars(args), kind=WorkerSettings))
     return ExitCode.OK
 
 

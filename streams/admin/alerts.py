@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from ..gateway import connection
-from ..gateway.errors import SettingsError, broker_error
-from ..gateway.settings import Settings
+from ..kafka import clients
+from ..kafka.errors import SettingsError
+from ..kafka.settings import Settings
 
 log = logging.getLogger("loopwarden.alerts")
 
@@ -98,23 +98,20 @@ async def deliver(
 async def follow(settings: Settings, opts: AlertsOptions, stopping: asyncio.Event, out: TextIO = sys.stdout) -> int:
     """Follow the alerts topic until `stopping` is set (or `opts.count` alerts are done);
     the number of alerts delivered."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import TopicPartition
     from aiokafka.errors import KafkaError
     from aiokafka.structs import OffsetAndMetadata
 
     if opts.format not in ("json", "slack"):
         raise SettingsError(f"--format {opts.format!r}: json or slack")
     group = opts.group or f"{settings.topic_prefix}alerts-follower"
-    try:
-        consumer = AIOKafkaConsumer(
-            **connection.client_kwargs(settings),
-            group_id=group,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest" if opts.from_beginning else "latest",
-        )
-    except ValueError as exc:
-        raise SettingsError(f"cannot connect with these settings: {exc}") from None
-    await connection.start(consumer, settings)
+    consumer = clients.consumer(
+        settings,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest" if opts.from_beginning else "latest",
+    )
+    await clients.start(consumer, settings)
     tp = TopicPartition(settings.alerts_topic, 0)
     done = 0
     try:
@@ -145,7 +142,7 @@ async def follow(settings: Settings, opts: AlertsOptions, stopping: asyncio.Even
                 await consumer.commit({tp: OffsetAndMetadata(m.offset + 1, "")})
                 done += 1
     except KafkaError as exc:
-        raise broker_error(exc, settings) from None
+        raise clients.translate(exc, settings) from None
     finally:
         await consumer.stop()
     return done

@@ -44,7 +44,7 @@ import json5
 from detectors import ConfigError, DetectionConfig, load_config
 from detectors.canonical import canon_exact
 
-from ..gateway.settings import Settings
+from ..kafka.settings import Settings
 from . import compacted
 from .compacted import READ_TIMEOUT_S
 

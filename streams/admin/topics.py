@@ -6,7 +6,7 @@ cluster needs no extra step), and by the tests' and benchmarks' setups.
 
 from __future__ import annotations
 
-from ..gateway.settings import Settings
+from ..kafka.settings import Settings
 
 
 def topic_specs(s: Settings) -> list[tuple[str, int, dict[str, str]]]:
@@ -38,21 +38,15 @@ async def create_topics(s: Settings) -> list[str]:
 
     A broker that cannot be reached, refuses the login or presents a certificate the CA
     does not vouch for is a BrokerError that says which (see errors.broker_error)."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+    from aiokafka.admin import NewTopic
+    from aiokafka.errors import TopicAlreadyExistsError
 
-    from ..gateway import connection
-    from ..gateway.errors import SettingsError, broker_error
+    from ..kafka import clients
 
     specs = topic_specs(s)
-    kw = connection.client_kwargs(s)
-    try:
-        admin = AIOKafkaAdminClient(**kw)
-    except ValueError as exc:  # aiokafka's check of the protocol and SASL mechanism
-        raise SettingsError(f"cannot connect with these settings: {exc}") from None
-    await connection.start(admin, s)
+    admin = clients.admin(s)
     created = []
-    try:
+    async with clients.opened(admin, s):
         existing = set(await admin.list_topics())
         todo = [NewTopic(n, p, s.replication, topic_configs=c) for n, p, c in specs if n not in existing]
         if todo:
@@ -61,8 +55,4 @@ async def create_topics(s: Settings) -> list[str]:
             except TopicAlreadyExistsError:
                 pass
             created = [t.name for t in todo]
-    except KafkaError as exc:
-        raise broker_error(exc, s) from None
-    finally:
-        await admin.close()
     return created

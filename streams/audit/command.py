@@ -23,8 +23,8 @@ from detectors.errors import LoopwardenError
 
 from ..admin.config_topic import read_configs
 from ..admin.fleet_topic import FleetLedger, read_fleet
-from ..gateway.partitioner import partition_for
-from ..gateway.settings import Settings, read_detection_config
+from ..kafka.partitioner import partition_for
+from ..kafka.settings import Settings, read_detection_config
 from ..progress import Progress
 from .core import Audit, ConfigBook
 from .options import AuditOptions, iso

@@ -30,8 +30,9 @@ from detectors.policy import FLEET_SPEND_CAP, RUN_BUDGET
 from detectors.wire import Decision, Event
 
 from ..admin.fleet_topic import FleetLedger
+from ..kafka.compat import Msg
 from .fleet import FleetCounts, Signals
-from .join import Join, Msg, Recorded, whole
+from .join import Join, Recorded, whole
 from .options import ALL_RUNS, WHOLE, Scope, Window
 from .report import Totals, report, summary
 from .shadow import Shadow

@@ -31,23 +31,10 @@ import msgspec
 
 from detectors.wire import Decision, decode_decision, encode
 
+from ..kafka.compat import Msg
 from .options import ALL_RUNS, Scope
 
 Key = tuple[str, int]  # (run_id, seq): an event_id
-
-
-class Msg(msgspec.Struct, gc=False):
-    """A consumed record, as the audit reads it: what the audit's reader makes of each
-    record instead of aiokafka's ConsumerRecord (read.py), for an audit reads every
-    record of two topics. A struct of five fields is made in C; a ConsumerRecord of
-    eleven, with the steps that fill it, in Python: reading 1M events and 495,150
-    decisions took 1.3-1.4 s of CPU as these, 2.2 s as ConsumerRecords."""
-
-    partition: int
-    offset: int
-    timestamp: int  # ms since the epoch (the record's timestamp)
-    key: bytes | None
-    value: bytes | None
 
 
 class Verdict(msgspec.Struct, frozen=True, gc=False):

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ..gateway.errors import SettingsError
+from ..kafka.errors import SettingsError
 from ..times import parse_duration, parse_from
 
 

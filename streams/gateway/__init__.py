@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import BrokerError, SettingsError
-from .settings import Settings
+from ..kafka.errors import BrokerError, SettingsError
+from ..kafka.settings import Settings
 
 if TYPE_CHECKING:
     from .adapters import RunStopped

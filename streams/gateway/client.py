@@ -98,9 +98,9 @@ from detectors.wire import (
     encode,
 )
 
-from .errors import SettingsError, broker_error, connect_errors
-from .partitioner import partition_for as partition_bytes
-from .settings import Settings, build
+from ..kafka import clients
+from ..kafka.partitioner import partition_for as partition_bytes
+from ..kafka.settings import Settings, build
 
 FAIL_OPEN = "fail-open"
 FAIL_CLOSED = "fail-closed"
@@ -367,51 +367,31 @@ async def connect(s: Settings, gateway_id: str, max_request_size: int) -> tuple[
     """A started producer of events and a started consumer of the gateway's own partition
     of the decisions topic, at its end: (producer, consumer, partition). Failures are
     SettingsError or BrokerError naming the cause; whatever was started is stopped."""
-    if "SASL" in s.security_protocol and (s.sasl_username is None or s.sasl_password is None):
-        raise SettingsError(f"security protocol {s.security_protocol} needs sasl_username and sasl_password")
+    producer = clients.producer(s, acks="all", enable_idempotence=True, linger_ms=0, max_request_size=max_request_size)
+    consumer = clients.consumer(s, enable_auto_commit=False, auto_offset_reset="latest", fetch_max_wait_ms=100)
+    await clients.start(producer, s)
     try:
-        kw = s.kafka_kwargs()
-    except OSError as exc:  # ssl.SSLError is one too: an unreadable or malformed CA file
-        raise SettingsError(f"cannot load the TLS files (ssl_cafile {s.ssl_cafile}): {exc}") from None
+        await clients.start(consumer, s)
+    except BaseException:
+        await producer.stop()
+        raise
     try:
-        producer = AIOKafkaProducer(
-            acks="all", enable_idempotence=True, linger_ms=0, max_request_size=max_request_size, **kw
-        )
-        consumer = AIOKafkaConsumer(enable_auto_commit=False, auto_offset_reset="latest", fetch_max_wait_ms=100, **kw)
-    except ValueError as exc:  # aiokafka's check of the protocol and SASL mechanism
-        raise SettingsError(f"cannot connect with these settings: {exc}") from None
-    try:
-        # aiokafka logs why each connection attempt failed and raises only "Unable to
-        # bootstrap"; connect_errors collects what it logged so the cause can be named.
-        with connect_errors() as seen:
-            try:
-                await producer.start()
-                await consumer.start()
-            except KafkaError as exc:
-                raise broker_error(exc, s, seen) from None
-        try:
-            tp = TopicPartition(s.decisions_topic, partition_for(gateway_id, await _partitions(consumer, s)))
-            consumer.assign([tp])
-            await consumer.seek_to_end(tp)
-            await consumer.position(tp)  # resolve now: nothing sent after this is missed
-        except KafkaError as exc:
-            raise broker_error(exc, s) from None
+        n = await clients.partition_count(consumer, s.decisions_topic)
+        if n is None:
+            raise LoopwardenError(f"topic {s.decisions_topic} does not exist; run `loopwarden topics create` first")
+        tp = TopicPartition(s.decisions_topic, partition_for(gateway_id, n))
+        consumer.assign([tp])
+        await consumer.seek_to_end(tp)
+        await consumer.position(tp)  # resolve now: nothing sent after this is missed
+    except KafkaError as exc:
+        await consumer.stop()
+        await producer.stop()
+        raise clients.translate(exc, s) from None
     except BaseException:
         await consumer.stop()
         await producer.stop()
         raise
     return producer, consumer, tp.partition
-
-
-async def _partitions(consumer: Any, s: Settings) -> int:
-    topic = s.decisions_topic
-    for _ in range(50):
-        parts = consumer.partitions_for_topic(topic)
-        if parts:
-            return len(parts)
-        await consumer._client.force_metadata_update()
-        await asyncio.sleep(0.1)
-    raise LoopwardenError(f"topic {topic} does not exist; run `loopwarden topics create` first")
 
 
 def encode_event(ev: Any, privacy: bool, max_request_size: int, max_event_bytes: int) -> tuple[bytes, bytes]:

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..gateway import settings as settings_mod
+from ..kafka import settings as settings_mod
 from . import localkafka
 from .launch import Worker
 from .loops import BREAKER_AGENT
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import argparse
     from types import FrameType
 
-    from ..gateway.settings import Settings
+    from ..kafka.settings import Settings
     from .simulate import Report
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "config.json5"

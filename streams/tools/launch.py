@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..gateway.errors import WorkerError
+from ..kafka.errors import WorkerError
 from .localkafka import free_port
 
 READY_TIMEOUT_S = 90.0

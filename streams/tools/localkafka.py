@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..gateway.errors import BrokerError
+from ..kafka.errors import BrokerError
 
 KAFKA_VERSION = "4.0.2"
 ROOT = Path(__file__).resolve().parents[2]

@@ -36,9 +36,9 @@ from detectors.policy import POLICY_NAMES
 from detectors.wire import Decision
 
 from ..gateway.client import GatewayClient
-from ..gateway.errors import SettingsError
-from ..gateway.partitioner import partition_for
-from ..gateway.settings import Settings
+from ..kafka.errors import SettingsError
+from ..kafka.partitioner import partition_for
+from ..kafka.settings import Settings
 from .loops import KINDS, LOOPS, NORMALS, result
 
 PRICE_PER_TOKEN_USD = 0.000002  # what the simulated model charges

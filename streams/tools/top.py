@@ -28,15 +28,14 @@ from detectors.policy import RUN_BUDGET
 from detectors.wire import Decision, decode_decision
 
 from ..admin.fleet_topic import FleetLedger
-from ..gateway.connection import seek_to_start
-from ..gateway.errors import BrokerError, SettingsError
-from ..gateway.settings import Settings
+from ..kafka import ranges
+from ..kafka.errors import BrokerError, SettingsError
+from ..kafka.settings import Settings
 from ..times import parse_from
 
 if TYPE_CHECKING:
     import argparse
 
-    from aiokafka import AIOKafkaConsumer, TopicPartition
     from rich.console import Console
 
 ACTIONS = ("allow", "warn", "block", "abort")
@@ -428,9 +427,8 @@ class Top:
         self.state = TopState(
             None if start == "beginning" else (start if isinstance(start, float) else None), forget_after=forget_after
         )
-        self.consumer: AIOKafkaConsumer | None = None
-        self.assigned: list[TopicPartition] = []
-        self.ends: dict[TopicPartition, int] = {}
+        self.range: ranges.Range | None = None
+        self.assigned: list[Any] = []
         self.deadletters = False
         self._missed = False
 
@@ -441,28 +439,7 @@ class Top:
     async def open(self, require: bool = True) -> bool:
         """Connect and take the topics' partitions. Without the decisions topic: a
         BrokerError when `require`, else False (call `assign` again later)."""
-        from aiokafka import AIOKafkaConsumer
-        from aiokafka.errors import KafkaError
-
-        from ..gateway.errors import broker_error, connect_errors
-
-        try:
-            kw = self.settings.kafka_kwargs()
-        except OSError as exc:
-            raise SettingsError(f"cannot load the TLS files (--ssl-cafile {self.settings.ssl_cafile}): {exc}") from None
-        try:
-            self.consumer = AIOKafkaConsumer(
-                **kw, group_id=None, enable_auto_commit=False, auto_offset_reset="latest", max_poll_records=5000
-            )
-        except ValueError as exc:
-            raise SettingsError(f"cannot connect with these settings: {exc}") from None
-        with connect_errors() as seen:
-            try:
-                await self.consumer.start()
-            except KafkaError as exc:
-                await self.consumer.stop()
-                self.consumer = None
-                raise broker_error(exc, self.settings, seen) from None
+        self.range = await ranges.open_range(self.settings, auto_offset_reset="latest", max_poll_records=5000)
         try:
             ok = await self.assign()
         except BaseException:
@@ -481,83 +458,48 @@ class Top:
         return ok
 
     async def assign(self) -> bool:
-        from aiokafka import TopicPartition
-
-        c = self.consumer
-        assert c is not None, "open() first"
-        names = await c.topics()
-        if self.topic not in names:
+        """Follow the decisions topic (and the dead-letter topic) from the start asked
+        for, and the fleet topic whole; False while there is no decisions topic."""
+        r = self.range
+        assert r is not None, "open() first"
+        start: ranges.Start
+        if self._missed and self.start == "now":
+            start = ranges.BEGINNING  # the topic appeared after we began: all of it is new
+        elif self.start in ("now", "beginning"):
+            start = ranges.END if self.start == "now" else ranges.BEGINNING
+        else:
+            start = int(float(self.start) * 1000)
+        if not await r.add(self.topic, start, follow=True, must_exist=False):
             return False
-        if not c.partitions_for_topic(self.topic):
-            # topics() reads the metadata without keeping it; the partitions come from the
-            # client's own copy (as tests/integration/harness.py does)
-            await c._client.force_metadata_update()
-        tps = [TopicPartition(self.topic, p) for p in sorted(c.partitions_for_topic(self.topic) or ())]
-        if not tps:
-            return False
-        dl = self.settings.deadletter_topic
-        if dl in names:
-            tps += [TopicPartition(dl, p) for p in sorted(c.partitions_for_topic(dl) or ())]
+        if await r.add(self.settings.deadletter_topic, start, follow=True, must_exist=False):
             self.deadletters = True
             self.state.watch_dead_letters()
-        fleet = [TopicPartition(self.settings.fleet_topic, 0)] if self.settings.fleet_topic in names else []
-        if fleet:
+        # breakers, stop orders and spend caps in force may be older than any start: all of it
+        if await r.add(self.settings.fleet_topic, ranges.BEGINNING, partitions=[0], follow=True, must_exist=False):
             self.state.watch_fleet()
-        c.assign(tps + fleet)
-        start = self.start
-        if self._missed and start == "now":
-            start = "beginning"  # the topic appeared after we began: all of it is new
-        if start == "beginning":
-            await seek_to_start(c, tps)
-        elif start == "now":
-            await c.seek_to_end(*tps)
-        else:
-            found = await c.offsets_for_times({tp: int(start * 1000) for tp in tps})
-            late = [tp for tp in tps if found.get(tp) is None]
-            for tp in tps:
-                if found.get(tp) is not None:
-                    c.seek(tp, found[tp].offset)
-            if late:
-                await c.seek_to_end(*late)
-        if fleet:  # breakers and stop orders in force may be older than any start: all of it
-            await seek_to_start(c, fleet)
-        tps += fleet
-        for tp in tps:  # resolve the positions now: "from now" must not wait for the first fetch
-            await c.position(tp)
-        self.ends = await c.end_offsets(tps)
-        self.assigned = tps
+        self.assigned = list(r.tps)
         return True
 
     async def poll(self, timeout_s: float) -> int:
         """Read what arrives within timeout_s; the number of records."""
-        if not self.assigned:
+        if not self.assigned or self.range is None:
             await asyncio.sleep(timeout_s)
             return 0
-        assert self.consumer is not None  # assigned: open() made it
-        batch = await self.consumer.getmany(timeout_ms=int(timeout_s * 1000))
-        n = 0
         now = time.time()
-        for tp, msgs in batch.items():
-            for m in msgs:
-                ts = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else now
-                if tp.topic == self.topic:
-                    self.state.add_record(m.value, ts)
-                elif tp.topic == self.settings.fleet_topic:
-                    self.state.watch_fleet().add(m.key, m.value, m.headers or (), f"{tp.topic}@{m.offset}")
-                else:
-                    self.state.add_dead_letter(dead_letter_reason(m.headers), ts)
-                n += 1
-        return n
+        records = await self.range.chunk(timeout_ms=int(timeout_s * 1000))
+        for m in records:
+            ts = m.timestamp / 1000.0 if m.timestamp and m.timestamp > 0 else now
+            if m.topic == self.topic:
+                self.state.add_record(m.value, ts)
+            elif m.topic == self.settings.fleet_topic:
+                self.state.watch_fleet().add(m.key, m.value, m.headers or (), f"{m.topic}@{m.offset}")
+            else:
+                self.state.add_dead_letter(dead_letter_reason(m.headers), ts)
+        return len(records)
 
     async def caught_up(self) -> bool:
         """Everything that was on the topics when they were assigned has been read."""
-        if not self.assigned:
-            return False
-        assert self.consumer is not None  # assigned: open() made it
-        for tp in self.assigned:
-            if await self.consumer.position(tp) < self.ends.get(tp, 0):
-                return False
-        return True
+        return bool(self.assigned) and self.range is not None and self.range.caught_up()
 
     async def scrape(self) -> None:
         async def one(url: str) -> None:
@@ -579,9 +521,9 @@ class Top:
         }
 
     async def close(self) -> None:
-        if self.consumer is not None:
-            await self.consumer.stop()
-            self.consumer = None
+        if self.range is not None:
+            await self.range.close()
+            self.range = None
 
 
 async def show(

@@ -21,24 +21,26 @@ from detectors import DetectionConfig, LoopwardenError
 
 from ..admin.config_topic import ConfigHistory, config_id
 from ..admin.fleet_topic import FleetLedger, read_fleet
-from ..gateway.settings import Settings, read_detection_config
-from . import config_follow, faust_compat, rebalance, watchdog
+from ..kafka import faust_compat
+from ..kafka.settings import read_detection_config
+from . import config_follow, rebalance, watchdog
 from . import fleet as fleet_stage
 from .batches import BatchLoop
 from .delivery import fill_hole
 from .health import Health
 from .metrics import Metrics
+from .settings import WorkerSettings
 
 log = logging.getLogger("loopwarden.worker")
 
 
-def _credentials(s: Settings) -> faust.SASLCredentials | faust.SSLCredentials | None:
+def _credentials(s: WorkerSettings) -> faust.SASLCredentials | faust.SSLCredentials | None:
     """Faust's broker credentials: SASL (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; over TLS
     for SASL_SSL), TLS alone (SSL), or none. Faust hands them to every aiokafka client it
     makes (consumer, producers, the admin calls that create the changelog topic)."""
     from faust.types.auth import SASLMechanism
 
-    from ..gateway.errors import SettingsError
+    from ..kafka.errors import SettingsError
 
     if "SASL" in s.security_protocol:
         names = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -59,7 +61,7 @@ def _credentials(s: Settings) -> faust.SASLCredentials | faust.SSLCredentials | 
 
 
 def create_app(
-    settings: Settings,
+    settings: WorkerSettings,
     config: DetectionConfig | None = None,
     history: ConfigHistory | None = None,
     fleet: FleetLedger | None = None,
@@ -136,7 +138,7 @@ def create_app(
 RAW: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
 
 
-def _faust_app(settings: Settings) -> faust.App:
+def _faust_app(settings: WorkerSettings) -> faust.App:
     return faust.App(
         settings.app_id,
         broker=f"kafka://{settings.bootstrap}",
@@ -164,7 +166,7 @@ def _faust_app(settings: Settings) -> faust.App:
     )
 
 
-def _lags(app: faust.App, settings: Settings, batches: BatchLoop) -> dict[int, int]:
+def _lags(app: faust.App, settings: WorkerSettings, batches: BatchLoop) -> dict[int, int]:
     """Events not folded yet, per assigned partition of the events topic. Only for
     partitions folded from since they were assigned: before that the position is not
     known (the committed offset may be anywhere below the highwater)."""
@@ -182,7 +184,13 @@ def _lags(app: faust.App, settings: Settings, batches: BatchLoop) -> dict[int, i
 
 
 def _install_loop(
-    app: faust.App, settings: Settings, events: Any, runs: Any, batches: BatchLoop, metrics: Metrics, inbox: list[Any]
+    app: faust.App,
+    settings: WorkerSettings,
+    events: Any,
+    runs: Any,
+    batches: BatchLoop,
+    metrics: Metrics,
+    inbox: list[Any],
 ) -> None:
     """The agent, the batch loop as a service, and the worker's periodic chores."""
 
@@ -249,7 +257,7 @@ def _file_config_id(path: str | None) -> str | None:
         return None
 
 
-def run_worker(settings: Settings) -> None:
+def run_worker(settings: WorkerSettings) -> None:
     """Run one worker until SIGTERM/SIGINT (no spinner, plain log lines)."""
     from ..admin.config_topic import read_configs
     from ..admin.topics import create_topics

@@ -34,13 +34,13 @@ from detectors import DetectionConfig, EventError, RunState
 from detectors.fleet import FleetView
 from detectors.ingest import SetAside, fold
 
-from ..gateway.settings import Settings
+from ..kafka.producer import BatchProducer, OutRecord
 from . import fleet as fleet_out
 from .delivery import GroupStarts, Holes
 from .metrics import Metrics
-from .producer import BatchProducer, OutRecord
 from .recovery import Gate, Recovery
 from .run_store import RunStore
+from .settings import WorkerSettings
 from .tracing import from_env as tracer_from_env
 
 log = logging.getLogger("loopwarden.worker")
@@ -108,7 +108,7 @@ class Folded(NamedTuple):
 
 def fold_batch(
     msgs: list[Any],
-    s: Settings,
+    s: WorkerSettings,
     config: DetectionConfig,
     fleet: FleetView | None,
     runs: RunStore,
@@ -178,7 +178,7 @@ class _Part(NamedTuple):
 class BatchLoop(Service):
     def __init__(
         self,
-        settings: Settings,
+        settings: WorkerSettings,
         config: DetectionConfig,
         metrics: Metrics,
         store: Callable[[], Any],
@@ -202,8 +202,8 @@ class BatchLoop(Service):
         self.linger = settings.batch_linger_ms / 1000.0
         self._batch_max = settings.batch_max
         self.on_error = on_error
-        self.publisher = BatchProducer(settings.kafka_kwargs())  # decisions and dead letters
-        self.states = BatchProducer(settings.kafka_kwargs())  # changelog records: a connection of their own
+        self.publisher = BatchProducer(settings)  # decisions and dead letters
+        self.states = BatchProducer(settings)  # changelog records: a connection of their own
         self.runs = RunStore(store, changelog_topic, self.states, partition_of, config.idle_timeout_ms, tombstone_delay)
         self.recovery = Recovery(settings, self.runs, metrics, self._release)  # loads partitions' states
         self.gate = Gate(self.recovery)  # holds the events of partitions not loaded yet

@@ -13,7 +13,7 @@ from mode import Service
 from detectors import DetectionConfig
 
 from ..admin.config_topic import ConfigFollower, ConfigHistory
-from ..gateway.settings import Settings
+from ..kafka.settings import Settings
 from .batches import BatchLoop
 
 log = logging.getLogger("loopwarden.worker")

@@ -42,7 +42,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from . import faust_compat
+from ..kafka import clients, faust_compat, ranges
 
 log = logging.getLogger("loopwarden.worker")
 
@@ -281,20 +281,16 @@ class GroupStarts:
             return None
 
     async def _ask(self, tp: Any) -> int:
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        from ..gateway import connection
-
         if self.admin is None:
-            admin = AIOKafkaAdminClient(**connection.client_kwargs(self.settings))
-            await connection.start(admin, self.settings)
+            admin = clients.admin(self.settings)
+            await clients.start(admin, self.settings)
             self.admin = admin
         committed = (await self.admin.list_consumer_group_offsets(self.group_id, partitions=[tp])).get(tp)
         if committed is not None and committed.offset >= 0:
             return int(committed.offset)
         if self.reader is None:
-            reader = connection.reader(self.settings)
-            await connection.start(reader, self.settings)
+            reader = clients.reader(self.settings)
+            await clients.start(reader, self.settings)
             self.reader = reader
         return int((await self.reader.beginning_offsets([tp]))[tp])
 
@@ -313,29 +309,15 @@ async def read_hole(
 ) -> list[Any]:
     """The records of `topic`'s partition from offset `start` up to `end` (excluded),
     read with a consumer of no group. Offsets that hold no record (a transaction's
-    markers) are simply not there. TimeoutError when the read does not reach `end`."""
-    from aiokafka import TopicPartition
-
-    from ..gateway import connection
-
-    reader = connection.reader(settings, max_poll_records=10_000)
-    await connection.start(reader, settings)
-    tp = TopicPartition(topic, partition)
+    markers) are simply not there. A BrokerError when the read does not reach `end`."""
     out: list[Any] = []
+    r = await ranges.open_range(settings, max_poll_records=10_000)
     try:
-        reader.assign([tp])
-        reader.seek(tp, start)  # a seek, not a reset: nothing can overtake it
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for r in (await reader.getmany(tp, timeout_ms=500)).get(tp, []):
-                if r.offset >= end:
-                    return out
-                out.append(r)
-            if await reader.position(tp) >= end:
-                return out
-        raise TimeoutError(f"{topic}[{partition}]: offsets {start} to {end - 1} not read within {timeout:.0f}s")
+        await r.add(topic, {partition: start}, partitions=[partition], until={partition: end})
+        await r.drain(timeout, out.extend)
     finally:
-        await reader.stop()
+        await r.close()
+    return out
 
 
 class Refetched:

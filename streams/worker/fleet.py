@@ -38,9 +38,9 @@ from detectors.policy import RUN_BUDGET
 from detectors.wire import Decision, ToolResult
 
 from ..admin.fleet_topic import FleetFollower, FleetLedger
-from ..gateway.settings import Settings
-from . import faust_compat
-from .producer import OutRecord
+from ..kafka import faust_compat
+from ..kafka.producer import OutRecord
+from ..kafka.settings import Settings
 
 log = logging.getLogger("loopwarden.fleet")
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import faust_compat, watchdog
+from ..kafka import faust_compat
+from . import watchdog
 from .batches import BatchLoop
 
 

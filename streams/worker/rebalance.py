@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..gateway.settings import Settings
+from ..kafka.settings import Settings
 from .batches import BatchLoop
 from .delivery import DeliveryWatch
 from .metrics import Metrics

@@ -34,8 +34,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..gateway import connection
-from ..gateway.settings import Settings
+from ..kafka import ranges
+from ..kafka.settings import Settings
 from .metrics import Metrics
 from .run_store import RunStore
 
@@ -50,42 +50,15 @@ async def read_partitions(
     """The live records of `topic`'s partitions, up to their end offsets taken now, by
     partition: the last value of each key, tombstoned keys absent. `left(n)` is told the
     records still to read as the read goes on."""
-    from aiokafka import TopicPartition
-
-    consumer = connection.reader(
-        settings, max_partition_fetch_bytes=FETCH_BYTES, fetch_max_bytes=FETCH_BYTES, max_poll_records=100_000
+    return await ranges.read_latest(
+        settings,
+        topic,
+        partitions,
+        left,
+        max_partition_fetch_bytes=FETCH_BYTES,
+        fetch_max_bytes=FETCH_BYTES,
+        max_poll_records=100_000,
     )
-    await connection.start(consumer, settings)
-    tps = [TopicPartition(topic, p) for p in partitions]
-    out: dict[int, dict[bytes, bytes]] = {tp.partition: {} for tp in tps}
-    try:
-        if topic not in await consumer.topics():
-            return out
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        await consumer.seek_to_beginning(*tps)
-        position = {tp: await consumer.position(tp) for tp in tps}
-        todo = {tp for tp in tps if position[tp] < ends[tp]}
-        while todo:
-            if left is not None:
-                left(sum(ends[tp] - position[tp] for tp in todo))
-            got = await consumer.getmany(*todo, timeout_ms=500)
-            for tp, msgs in got.items():
-                end, live = ends[tp], out[tp.partition]
-                for m in msgs:
-                    if m.offset >= end:
-                        break
-                    if m.value is None:
-                        live.pop(m.key, None)
-                    else:
-                        live[m.key] = m.value
-            for tp in list(todo):
-                position[tp] = await consumer.position(tp)
-                if position[tp] >= ends[tp]:
-                    todo.discard(tp)
-    finally:
-        await consumer.stop()
-    return out
 
 
 class Recovery:

@@ -47,7 +47,7 @@ from typing import Any, NamedTuple, Protocol
 
 from detectors import RunState, decode_state, encode_state
 
-from .producer import OutRecord
+from ..kafka.producer import OutRecord
 
 log = logging.getLogger("loopwarden.worker")
 

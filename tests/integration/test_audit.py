@@ -193,7 +193,7 @@ def test_shards_give_the_summary_and_report_of_one_process(bootstrap, recorded, 
 def test_a_run_keyed_off_its_partition_makes_a_sharded_audit_start_again_in_one_process(bootstrap, tmp_path):
     import subprocess
 
-    from streams.gateway.partitioner import partition_for
+    from streams.kafka.partitioner import partition_for
     from streams.tools.launch import command
 
     evs = events(300, seed=5)
@@ -326,7 +326,8 @@ async def drain(s, start_ms: int | None, partitions: list[int] | None = None, re
         while not r.finished:
             got += await r.chunk()
         if readers is not None:
-            readers |= {type(c._reader) for c in r.consumer._client._conns.values()}
+            assert r.range is not None
+            readers |= {type(c._reader) for c in r.range.consumer._client._conns.values()}
     finally:
         await r.close()
     return got
@@ -363,17 +364,16 @@ def test_the_audit_reads_from_a_record_inside_a_fetched_batch_leaving_out_those_
 
 
 def test_the_audit_reads_records_as_msgs_and_other_consumers_as_consumer_records(bootstrap, recorded):
-    """The audit's reader makes a Msg of each record (read.py's `_light_records`), and
+    """The audit's reader makes a Msg of each record (streams.kafka.compat.light_records), and
     its connections read with a FrameReader (frames.py); a consumer of the same process
     that is not the audit's still gets ConsumerRecords, through asyncio's reader."""
     import asyncio
 
-    from aiokafka import TopicPartition
     from aiokafka.structs import ConsumerRecord
 
-    from streams.audit.frames import FrameReader
-    from streams.audit.join import Msg
-    from streams.gateway import connection
+    from streams.kafka import ranges
+    from streams.kafka.compat import Msg
+    from streams.kafka.frames import FrameReader
 
     s, evs, want, _ = recorded
 
@@ -382,13 +382,10 @@ def test_the_audit_reads_records_as_msgs_and_other_consumers_as_consumer_records
 
     async def read() -> tuple[list, list]:
         got = await drain(s, None, readers=readers)
-        other = connection.reader(s)
-        await connection.start(other, s)
+        rng = await ranges.open_range(s)
+        other = rng.consumer
         try:
-            await other._client.force_metadata_update()
-            tps = [TopicPartition(s.decisions_topic, p) for p in other.partitions_for_topic(s.decisions_topic) or ()]
-            other.assign(tps)
-            await connection.seek_to_start(other, tps)
+            await rng.add(s.decisions_topic)
             plain = {}
             for _ in range(10):
                 plain = await other.getmany(timeout_ms=1000, max_records=10)
@@ -396,7 +393,7 @@ def test_the_audit_reads_records_as_msgs_and_other_consumers_as_consumer_records
                     break
             others.update(type(c._reader) for c in other._client._conns.values())
         finally:
-            await other.stop()
+            await rng.close()
         return got, [m for ms in plain.values() for m in ms]
 
     got, plain = asyncio.run(read())

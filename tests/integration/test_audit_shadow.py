@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from detectors import DetectionConfig, decode_event, replay
 from streams.admin.config_topic import publish_config
 from streams.audit.core import agent_hashes
-from streams.gateway.connection import seek_to_start
+from streams.kafka.clients import seek_to_start
 from streams.tools.launch import Worker, command
 from tests.integration.harness import ROOT, audit, consume, new_prefix, setup_topics
 from tests.unit.test_audit_core import offline_policy

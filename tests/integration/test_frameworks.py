@@ -101,7 +101,7 @@ def run_events(bootstrap: str, topic: str, run_id: str, timeout: float = 20) -> 
     """The run's events as sent (one partition, in order), once its run_end is there."""
 
     def ended() -> list | None:
-        msgs = consume(bootstrap, topic, 0, timeout=1, settle=0)
+        msgs = consume(bootstrap, topic, 0, timeout=1)
         evs = [decode_event(m.value) for m in sorted(msgs, key=lambda m: (m.partition, m.offset))]
         evs = [e for e in evs if e.run_id == run_id]
         return evs if evs and isinstance(evs[-1], RunEnd) else None
@@ -156,7 +156,7 @@ def run_decisions(bootstrap: str, topic: str, run_id: str) -> list[dict]:
     """The run's decisions as published, each once: a worker that reads events again
     (after a rebalance, or a fetch it lost) publishes their decisions again, identical,
     and gateways drop the repeats by `event_id` (the decisions topic is at-least-once)."""
-    msgs = consume(bootstrap, topic, 0, timeout=1, settle=0)
+    msgs = consume(bootstrap, topic, 0, timeout=1)
     first: dict[str, dict] = {}
     for m in sorted(msgs, key=lambda m: (m.partition, m.offset)):
         d = json.loads(m.value)

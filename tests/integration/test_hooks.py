@@ -103,7 +103,7 @@ def session_events(bootstrap: str, topic: str, run_id: str, want: int, timeout: 
     """The run's events as the sidecar sent them (one partition, in order), once `want` are there."""
     deadline = time.monotonic() + timeout
     while True:
-        msgs = consume(bootstrap, topic, 0, timeout=1, settle=0)
+        msgs = consume(bootstrap, topic, 0, timeout=1)
         evs = [decode_event(m.value) for m in sorted(msgs, key=lambda m: (m.partition, m.offset))]
         evs = [e for e in evs if e.run_id == run_id]
         if len(evs) >= want or time.monotonic() > deadline:
@@ -111,7 +111,7 @@ def session_events(bootstrap: str, topic: str, run_id: str, want: int, timeout: 
 
 
 def published(bootstrap: str, topic: str, run_id: str) -> list[dict]:
-    msgs = consume(bootstrap, topic, 0, timeout=1, settle=0)
+    msgs = consume(bootstrap, topic, 0, timeout=1)
     out = [json.loads(m.value) for m in sorted(msgs, key=lambda m: (m.partition, m.offset))]
     return [d for d in out if d["run_id"] == run_id]
 

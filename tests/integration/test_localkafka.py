@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from streams.gateway.errors import BrokerError
+from streams.kafka.errors import BrokerError
 from streams.tools import localkafka
 from streams.tools.launch import command
 from tests.integration.harness import ROOT, consume, produce

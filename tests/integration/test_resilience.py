@@ -115,7 +115,7 @@ def test_killed_worker_resumes_from_the_changelog(bootstrap, start_worker):
     half = len(events) // 2
     produce(bootstrap, s.events_topic, event_records(events[:half]))
     want_first = len(offline(events[:half], CONFIG))
-    consume(bootstrap, s.decisions_topic, random.Random(1).randrange(want_first // 2, want_first), timeout=60, settle=0)
+    consume(bootstrap, s.decisions_topic, random.Random(1).randrange(want_first // 2, want_first), timeout=60)
     w.kill()  # SIGKILL, mid-stream or just after
     w.start()
     produce(bootstrap, s.events_topic, event_records(events[half:]))
@@ -139,7 +139,7 @@ def test_a_stopped_worker_leaves_every_run_state_in_the_changelog(bootstrap, sta
     w = start_worker(None, CONFIG, extra=("--flush-interval-ms", "60000"))
     s = w.topics
     produce(bootstrap, s.events_topic, event_records(events))
-    consume(bootstrap, s.decisions_topic, len(offline(events, CONFIG)), timeout=60, settle=0)
+    consume(bootstrap, s.decisions_topic, len(offline(events, CONFIG)), timeout=60)
     w.stop()
     assert w.proc.returncode == 0, "the worker must exit by itself on SIGTERM, not be killed"
     stored: dict[bytes, bytes | None] = {}
@@ -163,11 +163,11 @@ def test_a_run_that_ended_just_before_a_crash_is_answered_as_before(bootstrap, s
     w = start_worker(None, CONFIG, extra=("--flush-interval-ms", "100"))
     s = w.topics
     produce(bootstrap, s.events_topic, event_records(events[:4]))
-    consume(bootstrap, s.decisions_topic, 4, timeout=60, settle=0)
+    consume(bootstrap, s.decisions_topic, 4, timeout=60)
     # Faust commits every 2.8 s: once the first four are committed, the replay will start mid-run
     wait_until(lambda: committed(bootstrap, s.app_id, s.events_topic) >= 4, 30, "the first events' commit", every=0.2)
     produce(bootstrap, s.events_topic, event_records(events[4:]))
-    consume(bootstrap, s.decisions_topic, 8, timeout=60, settle=0)
+    consume(bootstrap, s.decisions_topic, 8, timeout=60)
 
     def ended_on_the_changelog() -> bool:  # the run's last state is flushed, and so its events acknowledged
         records = consume(bootstrap, s.changelog_topic, 1, timeout=5, settle=0.2)

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from streams.gateway import settings as settings_mod
 from streams.gateway.client import GatewayClient
-from streams.gateway.errors import BrokerError
+from streams.kafka import settings as settings_mod
+from streams.kafka.errors import BrokerError
 from streams.tools import localkafka
 from streams.tools.launch import command
 from tests.integration.harness import ROOT, consume, new_prefix

@@ -12,13 +12,14 @@ import pytest
 
 from detectors import DetectionConfig, Folded, SetAside, decode_event, fold, replay
 from detectors.wire import Decision, Usage, decode_decision, encode
-from streams.audit.join import Join, Msg, Recorded, Verdicts, whole
+from streams.audit.join import Join, Recorded, Verdicts, whole
 from streams.audit.options import AuditOptions, Scope, Window
 from streams.audit.shadow import Shadow, ShadowCounts, nearest_rank
 from streams.audit.tally import Tally
 from streams.audit.timelines import Timelines
 from streams.audit.whatif import WhatIf, WhatIfCounts, changes
-from streams.gateway.errors import SettingsError
+from streams.kafka.compat import Msg
+from streams.kafka.errors import SettingsError
 from tests.unit.test_audit_core import ON, decided, run_events
 
 

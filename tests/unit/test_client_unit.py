@@ -23,9 +23,9 @@ from detectors.fleet import FleetView
 from detectors.spend import SpendFold
 from detectors.wire import MAX_SAFE_INTEGER, Decision, ToolCall, decode_event, encode
 from streams.gateway import client as client_mod
-from streams.gateway import settings as settings_mod
 from streams.gateway.client import MAX_REQUEST_SIZE, EventTooLarge, GatewayClient, as_executed, usage_amounts
-from streams.gateway.errors import BrokerError, SettingsError
+from streams.kafka import settings as settings_mod
+from streams.kafka.errors import BrokerError, SettingsError
 from streams.tools.localkafka import free_port
 
 CONFIG = load_config(
@@ -298,7 +298,7 @@ def test_sasl_without_credentials_or_an_unreadable_ca_is_a_settings_error(tmp_pa
         async with GatewayClient(settings=s, gateway_id="gw"):
             pass
 
-    with pytest.raises(SettingsError, match="needs sasl_username and sasl_password"):
+    with pytest.raises(SettingsError, match=r"needs --sasl-username and --sasl-password \(sasl_username and"):
         asyncio.run(enter(security_protocol="SASL_PLAINTEXT"))
     with pytest.raises(SettingsError, match="cannot load the TLS files"):
         asyncio.run(enter(security_protocol="SSL", ssl_cafile=str(tmp_path / "missing.pem")))

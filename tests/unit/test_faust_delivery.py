@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from detectors import DetectionConfig
-from streams.gateway import settings as settings_mod
-from streams.worker import faust_compat
+from streams.kafka import faust_compat
+from streams.kafka import settings as settings_mod
 from streams.worker.app import create_app
+from streams.worker.settings import WorkerSettings
 
 Handler = Callable[[Any], Coroutine[Any, Any, None]]
 
@@ -20,7 +21,9 @@ Handler = Callable[[Any], Coroutine[Any, Any, None]]
 def _consumer(tmp_path: Path, on_message: Handler) -> Any:
     """The worker's Faust consumer, its conductor's callback replaced by `on_message`
     before deliver_inline wraps it (create_app has wrapped the conductor's already)."""
-    s = settings_mod.build({"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={})
+    s = settings_mod.build(
+        {"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={}, kind=WorkerSettings
+    )
     app = create_app(s, config=DetectionConfig({}))
     consumer = app.consumer
     assert consumer.callback is not app.topics.on_message  # create_app wrapped it

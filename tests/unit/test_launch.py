@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from streams.gateway.errors import WorkerError
+from streams.kafka.errors import WorkerError
 from streams.tools import launch
 
 

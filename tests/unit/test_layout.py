@@ -58,8 +58,18 @@ def _within(module: str, packages: tuple[str, ...]) -> bool:
 
 def test_never_the_gateway_library_imports_the_worker_audit_tools_admin_or_commands():
     # The gateway package is what a gateway installs and loads: of the shell it may use
-    # only itself, and none of the worker's third-party packages.
-    forbidden = ("streams.worker", "streams.audit", "streams.tools", "streams.admin", "streams.cli", *WORKER_ONLY)
+    # only itself and the Kafka layer under it (but its Faust and batch-producer modules),
+    # and none of the worker's third-party packages.
+    forbidden = (
+        "streams.worker",
+        "streams.audit",
+        "streams.tools",
+        "streams.admin",
+        "streams.cli",
+        "streams.kafka.faust_compat",
+        "streams.kafka.producer",
+        *WORKER_ONLY,
+    )
     files = sorted((ROOT / "streams" / "gateway").rglob("*.py"))
     seen = set()
     for path in files:
@@ -67,8 +77,19 @@ def test_never_the_gateway_library_imports_the_worker_audit_tools_admin_or_comma
             seen.add(module)
             where = f"{path.relative_to(ROOT)} imports {module}"
             assert not _within(module, forbidden), where
-            assert not module.startswith("streams.") or _within(module, ("streams.gateway",)), where
-    assert {"streams.gateway.errors", "streams.gateway.client", "aiokafka", "detectors.wire"} <= seen  # a real scan
+            assert not module.startswith("streams.") or _within(module, ("streams.gateway", "streams.kafka")), where
+    assert {"streams.kafka.errors", "streams.gateway.client", "aiokafka", "detectors.wire"} <= seen  # a real scan
+
+
+def test_the_kafka_layer_stands_under_every_other_room_of_the_shell():
+    # streams/kafka is the floor: settings, errors, clients, range reads, the batch
+    # producer, the aiokafka and Faust workarounds. It builds on the core alone.
+    files = sorted((ROOT / "streams" / "kafka").rglob("*.py"))
+    assert len(files) >= 8
+    for path in files:
+        for module in imported_modules(path):
+            where = f"{path.relative_to(ROOT)} imports {module}"
+            assert not module.startswith("streams.") or _within(module, ("streams.kafka",)), where
 
 
 def test_nothing_in_the_project_imports_the_deprecated_paths():

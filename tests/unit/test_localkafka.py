@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from streams.gateway.errors import BrokerError
+from streams.kafka.errors import BrokerError
 from streams.tools import localkafka
 
 URLSAFE = re.compile(r"[A-Za-z0-9_-]{22}")

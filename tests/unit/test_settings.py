@@ -2,8 +2,9 @@
 
 import pytest
 
-from streams.gateway.errors import SettingsError
-from streams.gateway.settings import build
+from streams.kafka.errors import SettingsError
+from streams.kafka.settings import build
+from streams.worker.settings import WorkerSettings
 
 
 def test_layers_and_topic_names():
@@ -47,7 +48,14 @@ def test_security_settings_reach_the_kafka_clients():
 )
 def test_bad_values_are_named(env, flags, message):
     with pytest.raises(SettingsError, match=message):
-        build(flags, env=env)
+        build(flags, env=env, kind=WorkerSettings)
+
+
+def test_a_gateway_process_is_told_nothing_of_the_workers_own():
+    s = build({"batch_max": 0, "bootstrap": "h:1"}, env={"LOOPWARDEN_WEB_PORT": "x"})  # ignored, not checked
+    assert s.bootstrap == "h:1" and not hasattr(s, "batch_max") and not hasattr(s, "web_port")
+    w = build({"batch_max": 7, "bootstrap": "h:1"}, env={}, kind=WorkerSettings)
+    assert (w.bootstrap, w.batch_max, w.events_topic) == ("h:1", 7, s.events_topic)
 
 
 def test_the_sasl_password_never_shows_in_the_settings_repr():

@@ -9,14 +9,17 @@ from types import SimpleNamespace
 import pytest
 
 from detectors import DetectionConfig
-from streams.gateway import settings as settings_mod
+from streams.kafka import settings as settings_mod
 from streams.worker.app import create_app
+from streams.worker.settings import WorkerSettings
 
 BREAKER = {"loopwarden": {"fleet": {"toolBreaker": {"enabled": True}}}}
 
 
 def _consumed(config: DetectionConfig | None, tmp_path: Path) -> tuple[set[str], set[str]]:
-    s = settings_mod.build({"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={})
+    s = settings_mod.build(
+        {"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={}, kind=WorkerSettings
+    )
     app = create_app(s, config=config)
     topics = {t for agent in app.agents.values() for t in agent.channel.topics}
     return topics, set(app.tables.keys())
@@ -43,7 +46,9 @@ def test_the_failures_topic_is_consumed_only_where_a_breaker_can_judge_it(
 def test_the_agent_folds_a_lone_event_itself_only_when_nothing_waits_is_handled_or_travels(tmp_path: Path) -> None:
     """BatchLoop.can_handle_now: the agent's shortcut for a lone event never overtakes an
     event passed on before it, a batch being handled, or output not yet delivered."""
-    s = settings_mod.build({"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={})
+    s = settings_mod.build(
+        {"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={}, kind=WorkerSettings
+    )
     loop = create_app(s, config=DetectionConfig({})).batches  # type: ignore[attr-defined]
 
     async def check() -> None:
@@ -72,7 +77,9 @@ def test_a_flush_acknowledges_its_events_a_slice_at_a_time_letting_the_loop_run_
     and every one of them before the flush returns."""
     from streams.worker.batches import ACK_SLICE
 
-    s = settings_mod.build({"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={})
+    s = settings_mod.build(
+        {"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={}, kind=WorkerSettings
+    )
     loop = create_app(s, config=DetectionConfig({})).batches  # type: ignore[attr-defined]
     ticks, seen = [0], []
 
@@ -108,7 +115,9 @@ def test_events_arriving_while_the_last_output_travels_go_out_with_the_batch_wai
 
     from detectors.wire import decode_decision
 
-    s = settings_mod.build({"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={})
+    s = settings_mod.build(
+        {"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={}, kind=WorkerSettings
+    )
     loop = create_app(s, config=DetectionConfig({})).batches  # type: ignore[attr-defined]
     sends: list[list] = []
 

@@ -10,8 +10,8 @@ import struct
 
 import pytest
 
-from streams.audit import frames
-from streams.audit.frames import FrameReader
+from streams.kafka import frames
+from streams.kafka.frames import FrameReader
 
 
 def reader() -> FrameReader:

@@ -1,6 +1,8 @@
-"""Process settings, one frozen object for a gateway and a worker alike (the topics,
-the connection, the worker's batching and web port), layered defaults < environment
-(LOOPWARDEN_*) < flags; and the detection config file a process reads.
+"""Process settings, layered defaults < environment (LOOPWARDEN_*) < flags, split by
+audience: `Settings`, what every process that talks to Kafka is told (the connection,
+the topics, the detection config file, the event size limit), and the worker's own
+fields on top of it (`streams.worker.settings.WorkerSettings`, built by the same
+`build`). And the detection config file a process reads.
 
 Only this module reads the environment.
 """
@@ -11,7 +13,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from detectors import DetectionConfig, load_config
 
@@ -21,12 +23,13 @@ if TYPE_CHECKING:
     import ssl
 
 ENV_PREFIX = "LOOPWARDEN_"
+S = TypeVar("S", bound="Settings")
 
 
 @dataclass(frozen=True)
 class Settings:
-    """What a process is told, the gateway client and the worker alike (each reads the fields it
-    uses); `build` makes one."""
+    """What a process that talks to Kafka is told: the gateway client, the commands and
+    the worker alike; `build` makes one."""
 
     bootstrap: str = "127.0.0.1:9092"
     topic_prefix: str = "loopwarden."
@@ -34,21 +37,7 @@ class Settings:
     replication: int = 1
     config: str | None = None  # detection config file (JSON or JSON5)
     max_event_bytes: int = 1 << 20
-    batch_max: int = 500
-    batch_linger_ms: float = 10.0  # only while behind: how long to wait for a fuller batch
-    # How often the touched runs' states go to the changelog (and the input is committed).
-    flush_interval_ms: float = 1000.0
-    producer_linger_ms: float = 5.0
-    web_host: str = "127.0.0.1"
-    web_port: int = 6066
-    data_dir: str = ".loopwarden-data"
     log_level: str = "warning"
-    # How soon a dead worker's partitions move to the others: the broker's default floor
-    # (group.min.session.timeout.ms), heartbeats every 0.25 s (benchmarks/failover.py).
-    session_timeout_s: float = 6.0
-    standby_replicas: int = 0  # warm copies of other workers' run states, for a faster failover
-    stop_timeout_s: float = 25.0  # a stopping or crashed worker's process ends within this
-    state_sweep_interval_s: float = 60.0  # how often idle runs are looked for in the table
     # Kafka security, passed through to Faust and aiokafka.
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = "PLAIN"
@@ -57,6 +46,17 @@ class Settings:
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+
+    def check(self) -> None:
+        """Raise a SettingsError naming the first field whose value cannot be used."""
+        if self.partitions < 1:
+            raise SettingsError(f"partitions must be at least 1, got {self.partitions}")
+        if self.max_event_bytes < 1:
+            raise SettingsError(f"max_event_bytes must be positive, got {self.max_event_bytes}")
+        if self.security_protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise SettingsError(
+                f"security_protocol {self.security_protocol!r} is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"
+            )
 
     @property
     def events_topic(self) -> str:
@@ -89,6 +89,12 @@ class Settings:
     def failures_topic(self) -> str:
         """Tool failures keyed by tool name: the input of the fleet's tool breaker stage."""
         return f"{self.topic_prefix}failures"
+
+    @property
+    def spend_topic(self) -> str:
+        """What events add to the fleet's spend caps, keyed by cap and key: the input of
+        the spend stage (semantics.md section 11)."""
+        return f"{self.topic_prefix}spend"
 
     @property
     def app_id(self) -> str:
@@ -135,37 +141,34 @@ def _coerce(name: str, typ: Any, raw: str) -> Any:
     return raw
 
 
-def from_env(base: Settings, env: Mapping[str, str] | None = None) -> Settings:
+def from_env(base: S, env: Mapping[str, str] | None = None) -> S:
     env = os.environ if env is None else env
     changes = {}
-    for f in fields(Settings):
+    for f in fields(base):
         key = ENV_PREFIX + f.name.upper()
         if key in env and env[key] != "":
             changes[f.name] = _coerce(f.name, f.type, env[key])
     return replace(base, **changes)
 
 
-def build(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Settings:
-    """defaults < environment < flags (flags that are None are not given)."""
-    s = from_env(Settings(), env)
-    given = {k: v for k, v in (flags or {}).items() if v is not None and k in {f.name for f in fields(Settings)}}
+@overload
+def build(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Settings: ...
+@overload
+def build(flags: Mapping[str, Any] | None, env: Mapping[str, str] | None, kind: type[S]) -> S: ...
+@overload
+def build(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None, *, kind: type[S]) -> S: ...
+
+
+def build(
+    flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None, kind: type[Settings] = Settings
+) -> Settings:
+    """defaults < environment < flags (flags that are None are not given), as `kind`
+    (Settings, or a subclass with fields of its own: the worker's)."""
+    s = from_env(kind(), env)
+    names = {f.name for f in fields(kind)}
+    given = {k: v for k, v in (flags or {}).items() if v is not None and k in names}
     s = replace(s, **given)
-    if s.partitions < 1:
-        raise SettingsError(f"partitions must be at least 1, got {s.partitions}")
-    if s.batch_max < 1:
-        raise SettingsError(f"batch_max must be at least 1, got {s.batch_max}")
-    if s.batch_linger_ms < 0:
-        raise SettingsError(f"batch_linger_ms must not be negative, got {s.batch_linger_ms}")
-    if s.flush_interval_ms < 0:
-        raise SettingsError(f"flush_interval_ms must not be negative, got {s.flush_interval_ms}")
-    if s.state_sweep_interval_s <= 0 or s.stop_timeout_s <= 0:
-        raise SettingsError("state_sweep_interval_s and stop_timeout_s must be positive")
-    if s.max_event_bytes < 1:
-        raise SettingsError(f"max_event_bytes must be positive, got {s.max_event_bytes}")
-    if s.security_protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-        raise SettingsError(
-            f"security_protocol {s.security_protocol!r} is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"
-        )
+    s.check()
     return s
 
 

@@ -1,4 +1,5 @@
-"""Batch publishing for the worker: one produce batch per partition per processed batch.
+"""Batch publishing: one produce batch per partition per processed batch (the worker's
+decisions, dead letters and changelog records, the fleet's stages' output).
 
 aiokafka's per-message `send` costs tens of microseconds in Python; a worker publishing a
 decision and a changelog record for most events spends more there than in the fold.
@@ -18,7 +19,9 @@ import msgspec
 from aiokafka import AIOKafkaProducer
 from mode import Service
 
-from ..gateway.partitioner import partition_for
+from . import clients
+from .partitioner import partition_for
+from .settings import Settings
 
 # Records per produce batch, in bytes (aiokafka's default is 16 KiB). A partition gets at
 # most one batch per produce request, so a processed batch's decisions for one partition,
@@ -42,9 +45,9 @@ class OutRecord(msgspec.Struct, gc=False):
 class BatchProducer(Service):
     """An idempotent producer (acks=all) that publishes lists of records as batches."""
 
-    def __init__(self, kafka_kwargs: dict[str, Any], **kwargs: Any) -> None:
+    def __init__(self, settings: Settings, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._kwargs = kafka_kwargs
+        self._settings = settings
         self._producer: AIOKafkaProducer | None = None
         self._partitions: dict[str, int] = {}
         self._starting = asyncio.Lock()
@@ -57,10 +60,11 @@ class BatchProducer(Service):
         # (services start after table recovery), so publishing starts it too.
         async with self._starting:
             if self._producer is None:
-                producer = AIOKafkaProducer(
-                    acks="all", enable_idempotence=True, linger_ms=0, max_batch_size=BATCH_BYTES, **self._kwargs
+                s = self._settings
+                producer = clients.producer(
+                    s, acks="all", enable_idempotence=True, linger_ms=0, max_batch_size=BATCH_BYTES
                 )
-                await producer.start()
+                await clients.start(producer, s)
                 self._producer = producer
         return self._producer
 

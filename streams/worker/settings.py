@@ -1,0 +1,40 @@
+"""The worker's own settings, on top of what every process is told (`streams.kafka.settings`):
+its batching, its flushes, its web port and data folder, its group membership and its
+stop. Built like every Settings: defaults < LOOPWARDEN_* < flags
+(`streams.kafka.settings.build(flags, kind=WorkerSettings)`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..kafka.errors import SettingsError
+from ..kafka.settings import Settings
+
+
+@dataclass(frozen=True)
+class WorkerSettings(Settings):
+    batch_max: int = 500
+    batch_linger_ms: float = 10.0  # only while behind: how long to wait for a fuller batch
+    # How often the touched runs' states go to the changelog (and the input is committed).
+    flush_interval_ms: float = 1000.0
+    producer_linger_ms: float = 5.0
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    data_dir: str = ".loopwarden-data"
+    # How soon a dead worker's partitions move to the others: the broker's default floor
+    # (group.min.session.timeout.ms), with heartbeats every 0.25 s (benchmarks.failover).
+    session_timeout_s: float = 6.0
+    standby_replicas: int = 0  # warm copies of other workers' run states, for a faster failover
+    stop_timeout_s: float = 25.0  # a stopping or crashed worker's process ends within this
+    state_sweep_interval_s: float = 60.0  # how often idle runs are looked for in the table
+
+    def check(self) -> None:
+        super().check()
+        if self.batch_max < 1:
+            raise SettingsError(f"batch_max must be at least 1, got {self.batch_max}")
+        if self.batch_linger_ms < 0:
+            raise SettingsError(f"batch_linger_ms must not be negative, got {self.batch_linger_ms}")
+        if self.flush_interval_ms < 0:
+            raise SettingsError(f"flush_interval_ms must not be negative, got {self.flush_interval_ms}")
+        if self.state_sweep_interval_s <= 0 or self.stop_timeout_s <= 0:
+            raise SettingsError("state_sweep_interval_s and stop_timeout_s must be positive")
