@@ -10,7 +10,7 @@ import pytest
 
 from detectors import Folded, RunState, decode_state, encode_state, fold, load_config
 from detectors.state import settled
-from streams.worker.producer import OutRecord
+from streams.kafka.producer import OutRecord
 from streams.worker.run_store import ENDED, RunStore, ended_record, read_stored
 
 TOPIC = "t.changelog"

@@ -10,8 +10,8 @@ import ssl
 import pytest
 from aiokafka import errors as ak
 
-from streams.gateway import settings as settings_mod
-from streams.gateway.errors import SettingsError, broker_error, connect_errors
+from streams.kafka import settings as settings_mod
+from streams.kafka.errors import SettingsError, broker_error, connect_errors
 
 ADDR = "127.0.0.1:9093"
 

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from detectors.wire import Decision
-from streams.gateway.errors import SettingsError
+from streams.kafka.errors import SettingsError
 from streams.tools.simulate import Agent, Report, SimOptions
 from tests.unit.test_top import dec
 

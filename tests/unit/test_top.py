@@ -12,7 +12,7 @@ from detectors.fleet import Breaker, StopOrder, encode_fleet_record
 from detectors.policy import POLICY_NAMES
 from detectors.rules import NAMES
 from detectors.wire import Decision
-from streams.gateway.errors import SettingsError
+from streams.kafka.errors import SettingsError
 from streams.tools.top import TopState, dead_letter_reason, metrics_url, parse_from, parse_lags
 from streams.tools.topview import DETECTOR_SHORT, cut_middle, plain_line, render, run_columns
 
