@@ -16,10 +16,12 @@
  *   A fleet spend cap's pause (an abort with detector `fleet_spend_cap`, semantics.md
  *   section 11) is no end of the run: the call is blocked with the pause's message, and
  *   the current turn is stopped where OpenClaw can (`stopTurn`: index.ts hands in the
- *   host's own abort of the session's active run, the one `/stop` takes), once the hook
- *   has its answer; nothing is remembered, so a later call (the rest of the turn where
- *   it could not be stopped, or a later turn) is judged again by the worker: paused while
- *   the cap is in force, judged as before once its window ended or it was lifted.
+ *   host's own abort of the session's active run, the one `/stop` takes), before the
+ *   hook answers (OpenClaw's tool wrapper still returns a blocked call's result, and its
+ *   agent loop records it, then ends the attempt); nothing is remembered, so a later call
+ *   (the rest of the turn where it could not be stopped, or a later turn) is judged again
+ *   by the worker: paused while the cap is in force, judged as before once its window
+ *   ended or it was lifted.
  *   A decision with `enforced: false` (shadow mode, holdout) is executed as `allow` and
  *   logged at debug level with its `shadow_action`.
  *   When no worker answers in `timeoutMs`, or the broker cannot be reached, the fail
