@@ -681,6 +681,7 @@ class DetectionConfig:
         "_default",
         "warnings",
         "source",
+        "document",
         "idle_timeout_ms",
         "_by_raw_id",
         "tool_breaker",
@@ -694,6 +695,7 @@ class DetectionConfig:
         if not isinstance(doc, dict):
             raise ConfigError(f"{source}: the config must be an object, got {type(doc).__name__}")
         self.source = source
+        self.document: Any = doc  # the parsed document (streams.admin.config_topic names a config by it)
         warnings: list[str] = []
         # One run-idle timeout for the whole config (a run may change agents mid-way).
         self.idle_timeout_ms = idle = _idle_timeout(doc, warnings)
@@ -762,8 +764,10 @@ class DetectionConfig:
         return dict(self._agents)
 
 
-def load_config(text: str | bytes, source: str = "<config>") -> DetectionConfig:
-    """Parse JSON or JSON5 config text."""
+def parse_document(text: str | bytes, source: str = "<config>") -> Any:
+    """A config document's value: UTF-8 JSON or JSON5 text parsed, or a ConfigError that
+    names `source` and what is wrong. The one place a config document is decoded (a
+    file, a config topic record, a scenario)."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
@@ -773,7 +777,11 @@ def load_config(text: str | bytes, source: str = "<config>") -> DetectionConfig:
                 "save the config as UTF-8 JSON or JSON5"
             ) from None
     try:
-        doc = json5.loads(text)
+        return json5.loads(text)
     except (ValueError, RecursionError) as exc:
         raise ConfigError(f"{source}: not valid JSON or JSON5: {exc}") from None
-    return DetectionConfig(doc, source)
+
+
+def load_config(text: str | bytes, source: str = "<config>") -> DetectionConfig:
+    """Parse JSON or JSON5 config text (`parse_document`) into a config."""
+    return DetectionConfig(parse_document(text, source), source)

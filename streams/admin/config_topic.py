@@ -39,10 +39,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import json5
-
 from detectors import ConfigError, DetectionConfig, load_config
 from detectors.canonical import canon_exact
+from detectors.config import parse_document
 
 from ..kafka.settings import Settings
 from . import compacted
@@ -54,22 +53,19 @@ CURRENT = b"current"  # the key of the record naming the current config
 SOURCE_HEADER = "loopwarden.source"
 
 
-def _document(text: bytes, source: str = "<config>") -> Any:
-    try:
-        return json5.loads(text.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start})") from None
-    except (ValueError, RecursionError) as exc:
-        raise ConfigError(f"{source}: not valid JSON or JSON5: {exc}") from None
-
-
 def config_id(text: bytes) -> str:
-    """A config's id: `digest` (semantics.md section 2) of the parsed document, so
-    formatting, comments, key order and JSON5 syntax do not change it. The exact
+    """A config's id (`document_id` of its parsed document). Raises ConfigError for text
+    that is not JSON5."""
+    return document_id(parse_document(text))
+
+
+def document_id(doc: Any) -> str:
+    """A config document's id: `digest` (semantics.md section 2) of the parsed document,
+    so formatting, comments, key order and JSON5 syntax do not change it. The exact
     canonical form is used: a parsed document's floats are Python floats, which the
     wire fast path of `detectors.canonical.canon` would spell as Python does (`1.0`),
-    not as JavaScript does (`1`). Raises ConfigError for text that is not JSON5."""
-    return hashlib.sha256(canon_exact(_document(text))).hexdigest()
+    not as JavaScript does (`1`)."""
+    return hashlib.sha256(canon_exact(doc)).hexdigest()
 
 
 @dataclass
@@ -114,9 +110,10 @@ class ConfigHistory:
                 self.sources.pop(cid, None)
                 return
             source = next((v.decode("utf-8", "replace") for k, v in headers if k == SOURCE_HEADER), "")
-            if config_id(value) != cid:
+            config = load_config(value, source=source or cid)
+            if document_id(config.document) != cid:
                 raise ValueError("the text's id is not the record's key")
-            self.configs[cid] = (value, load_config(value, source=source or cid))
+            self.configs[cid] = (value, config)
             self.sources[cid] = source
         except (ValueError, KeyError, TypeError, UnicodeDecodeError, ConfigError) as exc:
             log.warning("skipping an unreadable record (key %r) at %s: %s", key, where, exc)

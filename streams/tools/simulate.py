@@ -28,8 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import json5
-
 from detectors import DetectionConfig, load_config
 from detectors.errors import LoopwardenError
 from detectors.policy import POLICY_NAMES
@@ -302,9 +300,8 @@ async def publish_holdout(settings: Settings, percent: int) -> tuple[str, Detect
 
     history = await read_configs(settings)
     got = history.configs.get(history.current) if history.current is not None else None
-    doc = json5.loads(got[0].decode("utf-8")) if got is not None else {}
-    if not isinstance(doc, dict):
-        doc = {}
+    doc = got[1].document if got is not None else {}  # (a copy below: the history's config keeps its own)
+    doc = dict(doc) if isinstance(doc, dict) else {}
     block = doc.get("loopwarden")
     doc["loopwarden"] = {**(block if isinstance(block, dict) else {}), "holdoutPercent": percent}
     text = json.dumps(doc, indent=2).encode()

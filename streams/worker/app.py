@@ -7,7 +7,6 @@ import gc
 import logging
 import os
 import signal
-from pathlib import Path
 from typing import Any
 
 import faust
@@ -17,9 +16,9 @@ from faust.web import Request, Response, View
 from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from detectors import DetectionConfig, LoopwardenError
+from detectors import DetectionConfig
 
-from ..admin.config_topic import ConfigHistory, config_id
+from ..admin.config_topic import ConfigHistory, document_id
 from ..admin.fleet_topic import FleetLedger, read_fleet
 from ..kafka import faust_compat
 from ..kafka.settings import read_detection_config
@@ -29,6 +28,7 @@ from .batches import BatchLoop
 from .delivery import fill_hole
 from .health import Health
 from .metrics import Metrics
+from .parts import build_parts
 from .settings import WorkerSettings
 
 log = logging.getLogger("loopwarden.worker")
@@ -66,73 +66,86 @@ def create_app(
     history: ConfigHistory | None = None,
     fleet: FleetLedger | None = None,
 ) -> faust.App:
-    """The worker app: one agent over the events topic, one table of run states, and the
-    pieces around them (health.py, config_follow.py, rebalance.py, fleet.py).
+    """The worker app: one agent over the events topic, the batch loop that folds its
+    events with the parts built here (parts.py), and the pieces around them (health.py,
+    config_follow.py, rebalance.py, fleet.py).
 
     Without a config (`--config` or `config`) the worker follows the config topic
     (streams/admin/config_topic.py): it starts under the current config of `history` (what
     run_worker read from the topic before building the app; the built-in defaults
     while there is none) and switches to each new current one between two batches."""
     following = config is None and not settings.config
-    if following:
-        history = history if history is not None else ConfigHistory()
-        config = history.current_config()
-        config_now = history.current if config is not None else None
-        config = config if config is not None else DetectionConfig({})
-    else:
-        config = config if config is not None else read_detection_config(settings.config)
-        config_now = _file_config_id(settings.config)
+    history = history if history is not None else ConfigHistory()
+    config, config_id = _starting_config(settings, config, history if following else None)
     metrics = Metrics()
     app = _faust_app(settings)
-    events = app.topic(settings.events_topic, partitions=settings.partitions, **RAW)
     # The run states: a dict of the worker's own, which the batch loop's RunStore writes to
     # the changelog and reads back when it takes a partition over (run_store.py,
     # recovery.py). No Faust table: Faust's recovery is not on the path.
     runs: dict[bytes, Any] = {}
-    inbox: list[Any] = []  # the agent's channel, once its stream has started
-
-    def crash(exc: BaseException) -> None:
-        # The worker stops as on SIGTERM, and exits non-zero (run_worker). Not through
-        # `app.crash`: with no supervisor, mode marks every service crashed, the consumer
-        # thread too, whose method queue then serves no call; the stop's final offset
-        # commit (Consumer.wait_empty -> commit -> call_thread) then waits forever, and
-        # SIGTERM only asks for the stop already under way. Whatever happens next, the
-        # process ends within the bound. The stop must not wait for the failed batch
-        # loop to acknowledge what it holds (Faust's wait_empty would, forever): those
-        # events stay unacknowledged, and the partitions' next owner folds them.
-        watchdog.arm(settings.stop_timeout_s, 1, f"crashed: {exc!r}")
-        app.conf.stream_wait_empty = False
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    batches = BatchLoop(
+    parts = build_parts(
         settings,
         config,
         metrics,
         lambda: runs,
-        lambda: sum(_lags(app, settings, batches).values()),
-        lambda: app.should_stop or app.rebalancing,
-        settings.changelog_topic,
-        crash,
         partition_of=lambda key: (murmur2(key) & 0x7FFFFFFF) % settings.partitions,
         tombstone_delay=2 * app.conf.broker_commit_interval + settings.flush_interval_ms / 1000.0,
     )
-    batches.config_id = config_now
+    ledger = fleet if fleet is not None else FleetLedger()  # stop orders, breakers, spend caps received
+    batches = BatchLoop(
+        settings,
+        parts,
+        config,
+        config_id,
+        ledger.view,
+        metrics,
+        lag=lambda: sum(_lags(app, settings, batches).values()),
+        hurry=lambda: app.should_stop or app.rebalancing,
+        on_error=lambda exc: _crash(app, settings, exc),
+    )
     # run_worker reads its failure; faust.App takes the attribute but does not declare it
     app.batches = batches  # type: ignore[attr-defined]
-    config_gauge = metrics.config_in_use(config_now)
+    inbox: list[Any] = []  # the agent's channel, once its stream has started
     if following:
-        assert history is not None  # set above when following
-        config_follow.install(app, config_follow.ConfigSwitch(settings, history, batches, config_gauge))
-    # The fleet (semantics.md section 9): stop orders and breakers received, the breaker stage.
-    ledger = fleet if fleet is not None else FleetLedger()
-    batches.fleet = ledger.view
+        switch = config_follow.ConfigSwitch(settings, history, batches, metrics.config_in_use(config_id))
+        config_follow.install(app, switch)
+    else:
+        metrics.config_in_use(config_id)
     breaker = following or config.tool_breaker is not None  # see fleet_stage.install
     fleet_stage.install(app, settings, ledger, lambda: batches.config, metrics, breaker)
     rebalance.install(app, settings, batches, metrics, inbox)
     Health(app, batches, settings.events_topic, following).install(app)
     faust_compat.deliver_inline(app.consumer)  # no task per message fetched
-    _install_loop(app, settings, events, runs, batches, metrics, inbox)
+    _install_loop(app, settings, runs, batches, metrics, inbox)
     return app
+
+
+def _starting_config(
+    settings: WorkerSettings, config: DetectionConfig | None, history: ConfigHistory | None
+) -> tuple[DetectionConfig, str | None]:
+    """The config the worker starts under and its id (None: the built-in defaults):
+    `history`'s current one when following the config topic, else `config` or the
+    settings' file, read once."""
+    if history is not None:
+        current = history.current_config()
+        return (current, history.current) if current is not None else (DetectionConfig({}), None)
+    if config is None:
+        config = read_detection_config(settings.config)
+    return config, document_id(config.document) if settings.config else None
+
+
+def _crash(app: faust.App, settings: WorkerSettings, exc: BaseException) -> None:
+    """The batch loop could not publish its output: the worker stops as on SIGTERM, and
+    exits non-zero (run_worker). Not through `app.crash`: with no supervisor, mode marks
+    every service crashed, the consumer thread too, whose method queue then serves no
+    call; the stop's final offset commit (Consumer.wait_empty -> commit -> call_thread)
+    then waits forever, and SIGTERM only asks for the stop already under way. Whatever
+    happens next, the process ends within the bound. The stop must not wait for the
+    failed batch loop to acknowledge what it holds (Faust's wait_empty would, forever):
+    those events stay unacknowledged, and the partitions' next owner folds them."""
+    watchdog.arm(settings.stop_timeout_s, 1, f"crashed: {exc!r}")
+    app.conf.stream_wait_empty = False
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 RAW: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
@@ -186,13 +199,13 @@ def _lags(app: faust.App, settings: WorkerSettings, batches: BatchLoop) -> dict[
 def _install_loop(
     app: faust.App,
     settings: WorkerSettings,
-    events: Any,
     runs: Any,
     batches: BatchLoop,
     metrics: Metrics,
     inbox: list[Any],
 ) -> None:
     """The agent, the batch loop as a service, and the worker's periodic chores."""
+    events = app.topic(settings.events_topic, partitions=settings.partitions, **RAW)
 
     @app.service
     class _Batches(Service):  # started and stopped with the worker
@@ -208,7 +221,7 @@ def _install_loop(
         # the output and acknowledges each event by hand once that output is durable.
         stream.enable_acks = False
         inbox.append(stream.channel)
-        holes, check, starts, put = batches.holes, batches.holes.check, batches.starts, batches.put
+        holes, check, starts, put = batches.parts.holes, batches.parts.holes.check, batches.parts.starts, batches.put
         async for event in stream.events():
             m = event.message
             if m.partition not in holes.next:  # its first event since the assignment: from where?
@@ -245,16 +258,6 @@ def _install_loop(
     @app.page("/metrics")
     async def metrics_page(web: View, request: Request) -> Response:
         return web.bytes(generate_latest(metrics.registry), content_type=CONTENT_TYPE_LATEST.split(";")[0])
-
-
-def _file_config_id(path: str | None) -> str | None:
-    """The id a config file would have on the config topic (None: no file, the defaults)."""
-    if not path:
-        return None
-    try:
-        return config_id(Path(path).read_bytes())
-    except (OSError, LoopwardenError):  # read_detection_config has just read and parsed it
-        return None
 
 
 def run_worker(settings: WorkerSettings) -> None:

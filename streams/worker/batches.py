@@ -1,23 +1,16 @@
 """The worker's batch loop: what the agent hands its events to. It folds them in
 batches through the one fold (detectors.ingest), publishes decisions and dead letters,
-has the run states stored (run_store.RunStore) and acknowledges the input.
+has the run states stored (run_store.RunStore) and acknowledges the input once its
+output is durable (flush.py).
 
 The agent passes events on (`put`). One task here folds whatever has been passed on
 since it last looked, so batches size themselves: under load many events arrive while
 a batch's output travels to the broker, and a lone event is folded at once, with no
 timer to wait out. When nothing waits, no batch is being handled and the last one's
 output has been delivered, the agent folds its event itself (`handle_now`): the same
-handling, without waking the fold loop's task for one event (at 1,000 calls/s, about
-one event per batch, that hop cost 3-4% of the worker's CPU per event). At most one
-batch's output is in flight, and one batch is handled at a time (`_turn`), so the
-decisions of a partition go out in its order.
-
-Run states go to the changelog at most once per flush interval, not once per batch:
-under load that is one record per touched run per interval. Input is acknowledged only
-once everything that depends on it is durable (its decisions, dead letters and the
-states that include it), so a committed offset never runs ahead of the stored state. A
-restarted worker replays the input after the committed offset, and the engine answers
-an event it has already seen exactly as it did the first time.
+handling, without waking the fold loop's task for one event (benchmarks.kafka measures
+that hop). At most one batch's output is in flight, and one batch is handled at a time
+(`_turn`), so the decisions of a partition go out in its order.
 """
 
 from __future__ import annotations
@@ -34,14 +27,13 @@ from detectors import DetectionConfig, EventError, RunState
 from detectors.fleet import FleetView
 from detectors.ingest import SetAside, fold
 
-from ..kafka.producer import BatchProducer, OutRecord
+from ..kafka.producer import OutRecord
 from . import fleet as fleet_out
-from .delivery import GroupStarts, Holes
+from .flush import Flusher
 from .metrics import Metrics
-from .recovery import Gate, Recovery
+from .parts import LoopParts
 from .run_store import RunStore
 from .settings import WorkerSettings
-from .tracing import from_env as tracer_from_env
 
 log = logging.getLogger("loopwarden.worker")
 
@@ -69,11 +61,6 @@ class DeadLetter(NamedTuple):
 # sizes the value and the key are cut, and their original sizes named in headers.
 DEAD_LETTER_MAX_VALUE = 900_000
 DEAD_LETTER_MAX_KEY = 4096
-
-# A flush acknowledges the events it covers this many at a time, the fold loop going on
-# in between: about 2.6 us each through Faust, so a flush of 1,000 events held the loop
-# 2.7 ms in one go (benchmarks.latency_stages at 1,000 calls/s).
-ACK_SLICE = 256
 
 
 def dead_letter(msg: Incoming, err: EventError) -> DeadLetter:
@@ -176,57 +163,48 @@ class _Part(NamedTuple):
 
 
 class BatchLoop(Service):
+    """The fold loop over the events the agent passes on, with its parts (parts.py)
+    built by create_app; run states and acknowledgements go through `flusher`."""
+
     def __init__(
         self,
         settings: WorkerSettings,
+        parts: LoopParts,
         config: DetectionConfig,
+        config_id: str | None,
+        fleet: FleetView | None,
         metrics: Metrics,
-        store: Callable[[], Any],
         lag: Callable[[], int],
         hurry: Callable[[], bool],
-        changelog_topic: str,
         on_error: Callable[[BaseException], None],
-        partition_of: Callable[[bytes], int | None] = lambda key: None,
-        tombstone_delay: float = 6.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.settings = settings
         self.config = config
-        self.fleet: FleetView | None = None  # the stop orders and breakers received (worker/fleet.py)
-        # streams.admin.config_topic.config_id of `config` (None: the built-in defaults)
-        self.config_id: str | None = None
+        self.config_id = config_id  # streams.admin.config_topic.config_id of `config` (None: the defaults)
+        self.fleet = fleet  # the stop orders, breakers and spend caps received (worker/fleet.py)
         self.metrics = metrics
         self.lag = lag  # events of the assigned partitions not folded yet
-        self.hurry = hurry  # true while the app stops or rebalances: flush now
+        self.on_error = on_error
+        self.parts = parts
+        self.publisher, self.runs, self.gate, self.trace = parts.publisher, parts.runs, parts.gate, parts.trace
+        parts.recovery.on_loaded = self._release  # held events go once their partition's states are loaded
+        self.flusher = Flusher(parts.runs, metrics, parts.trace, settings.flush_interval_ms / 1000.0, hurry)
         self.linger = settings.batch_linger_ms / 1000.0
         self._batch_max = settings.batch_max
-        self.on_error = on_error
-        self.publisher = BatchProducer(settings)  # decisions and dead letters
-        self.states = BatchProducer(settings)  # changelog records: a connection of their own
-        self.runs = RunStore(store, changelog_topic, self.states, partition_of, config.idle_timeout_ms, tombstone_delay)
-        self.recovery = Recovery(settings, self.runs, metrics, self._release)  # loads partitions' states
-        self.gate = Gate(self.recovery)  # holds the events of partitions not loaded yet
-        self.holes = Holes()  # events lost on their way to the agent (the agent checks each)
-        self.starts = GroupStarts(settings, settings.app_id)  # where the group starts a partition (Faust's group)
-        self.interval = settings.flush_interval_ms / 1000.0
+        self.sweep_interval = settings.state_sweep_interval_s
         self.progress: dict[int, int] = {}  # partition -> last offset folded
         self.folded_at: dict[int, float] = {}  # partition -> when an event of it was last folded
         self.handling = False  # a batch is being folded and published
         self._turn = asyncio.Lock()  # one batch handled at a time: the fold loop's, or the agent's lone event
         self._waiting: list[Any] = []  # events passed on, not folded yet
-        self.trace = tracer_from_env()  # per-batch timings (tracing.py), off by default
         self._arrivals: list[float] = []  # with a trace: when each waiting event was passed on
         self._arrived = asyncio.Event()
         self._full = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
-        self._unacked: list[Any] = []  # folded since the last flush
-        self._sent: list[asyncio.Future[Any]] = []  # deliveries queued since the last flush
-        self.sweep_interval = settings.state_sweep_interval_s
-        self._flushing = asyncio.Lock()  # one flush at a time: state records stay in order
-        self._last_flush = time.monotonic()
-        # Health (app.py's /health reads these).
+        # Health (health.py reads these).
         self.failed: BaseException | None = None  # output could not be published: the worker stops
         self.last_fold = time.monotonic()  # when a batch was last folded
         self.receiving = False  # the agent holds an event not passed on yet (app.py): on its way
@@ -263,7 +241,7 @@ class BatchLoop(Service):
         and the worker is not stopping: the agent may fold its event itself, now."""
         if self._waiting or self._turn.locked() or self.failed is not None or self.should_stop:
             return False
-        return not self._sent or self._sent[-1].done()
+        return self.flusher.in_flight() is None
 
     async def handle_now(self, event: Any) -> None:
         """Fold, publish and stage one event as a batch of its own (after `can_handle_now`,
@@ -291,23 +269,23 @@ class BatchLoop(Service):
 
     async def on_start(self) -> None:
         await self.publisher.start()
-        await self.states.start()
+        await self.parts.states.start()
 
     async def on_stop(self) -> None:
         self._room.set()  # an agent waiting for room must not hold the stop up
         try:
             if self.failed is None:
-                await self._flush(final=True)
+                await self.flusher.flush(final=True)
             # After a failure nothing more is stored or acknowledged: what was folded
             # since the last flush is replayed by the partitions' next owner.
         finally:
-            for producer in (self.publisher, self.states):
+            for producer in (self.publisher, self.parts.states):
                 try:  # a producer that cannot reach its broker would wait for it forever
                     await asyncio.wait_for(producer.stop(), 5.0)
                 except Exception as exc:
                     log.warning("a producer did not stop cleanly: %r", exc)
-            await self.recovery.stop()
-            await self.starts.close()
+            await self.parts.recovery.stop()
+            await self.parts.starts.close()
             if self.trace is not None:
                 self.trace.close()
 
@@ -386,16 +364,9 @@ class BatchLoop(Service):
 
     @Service.timer(0.05)
     async def _flush_when_due(self) -> None:
-        # Once per interval; at once while the app stops or rebalances, since both wait
-        # for every event to be acknowledged. Tombstones only once due: see _flush.
-        now, hurry = time.monotonic(), self.hurry()
-        if self.runs.pending() or self._unacked:
-            due = hurry or now - self._last_flush >= self.interval
-        else:  # only tombstones left
-            due = self.runs.tombstones_due(False)
-        if due and self.failed is None:
+        if self.failed is None and self.flusher.due():
             try:
-                await self._flush()
+                await self.flusher.flush()
             except Exception as exc:
                 self._fail(exc)
 
@@ -409,23 +380,24 @@ class BatchLoop(Service):
         batch, 2.1 ms at the median, benchmarks.latency_stages.)"""
         parts = [self._fold(batch, arrivals or [])]
         t = parts[0].timings
-        sent = self._sent
-        if sent and not sent[-1].done():
-            await asyncio.shield(sent[-1])
+        fl = self.flusher
+        previous = fl.in_flight()
+        if previous is not None:
+            await asyncio.shield(previous)
             if t is not None:
                 t["w1"] = time.time()
             if self._waiting and not self.should_stop:
                 parts.append(self._fold(*self._take()))
         out = [r for p in parts for r in p.folded.out]
         if out:
-            self._sent.append(await self.publisher.send(out))
+            fl.sent.append(await self.publisher.send(out))
         for p in parts:
             if self.trace is not None and p.timings is not None:
                 p.timings.setdefault("w1", p.timings["w0"])  # (a part folded after the wait: none of its own)
-                self.trace.batch(p.timings, p.msgs, p.arrivals, p.folded.ids, self._sent[-1] if self._sent else None)
-            # The states were staged before these events go into _unacked: a flush in
+                self.trace.batch(p.timings, p.msgs, p.arrivals, p.folded.ids, fl.sent[-1] if fl.sent else None)
+            # The states were staged before these events go into unacked: a flush in
             # between stores a state ahead of its acknowledgement, never behind it.
-            self._unacked.extend(p.events)
+            fl.unacked.extend(p.events)
             self.progress.update(p.folded.last)
             self.folded_at.update(dict.fromkeys(p.folded.last, time.monotonic()))
             self.metrics.observe_batch(p.msgs, len(p.msgs) - p.folded.dead, p.folded.counts)
@@ -438,44 +410,6 @@ class BatchLoop(Service):
         if t is not None:
             t["f1"] = t["w0"] = time.time()
         return _Part(batch, msgs, folded, t, arrivals)
-
-    async def _flush(self, final: bool = False) -> None:
-        """Store the staged run states, then acknowledge the events they include.
-
-        Runs beside the fold loop: the checkpoint is taken in one step, and the
-        changelog has a producer (a connection) of its own, so a large flush never
-        holds up the decisions queued behind it."""
-        async with self._flushing:
-            t0 = time.time()
-            events, deliveries = self._unacked, self._sent
-            self._unacked, self._sent = [], []
-            self._last_flush = time.monotonic()
-            # The tombstones of ended runs go out early only in the final flush. A rebalance
-            # does not wait for them: Faust may commit offsets short of a run_end that was
-            # folded, the partition is then read again from there (by this worker or the
-            # next owner), and a run whose ended record a tombstone already removed would
-            # answer its replayed calls as a new run (benchmarks.failover --rolling found 3
-            # of 259,883 decisions so).
-            cp = self.runs.checkpoint(final)
-            t1 = time.time()
-            written = await self.runs.write(cp)
-            t2 = time.time()
-            if written is not None:
-                deliveries = [*deliveries, written]
-            for d in deliveries:
-                await d
-            t3 = time.time()
-            for i, e in enumerate(events):
-                e.ack()
-                if i % ACK_SLICE == ACK_SLICE - 1:
-                    await asyncio.sleep(0)  # the fold loop goes on in between
-            self.runs.committed(cp)
-            if self.trace is not None:
-                self.trace.flush(t0, t1, t2, t3, len(cp.staged), len(events))
-            if final:
-                await self.runs.close()
-            self.metrics.flushes.inc()
-            self.metrics.flushed_states.inc(len(cp.staged) + len(cp.tombstones))
 
     def _fail(self, exc: BaseException) -> None:
         # Not a bad event (those are dead letters): output could not be published.

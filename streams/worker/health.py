@@ -41,7 +41,7 @@ class Health:
             return "stopping"
         if not self.broker_ok:
             return "broker_unreachable"
-        if batches.recovery.recovering():
+        if batches.parts.recovery.recovering():
             return "recovering"
         try:
             if self.stalled():
@@ -78,8 +78,8 @@ class Health:
             "flow_control": flowing,
             "config": self.batches.config_id,
             "config_follows": self.config_follows,
-            "recovering": sorted(self.batches.recovery.loading),
-            "records_left": self.batches.recovery.records_left,
+            "recovering": sorted(self.batches.parts.recovery.loading),
+            "records_left": self.batches.parts.recovery.records_left,
         }
 
     def install(self, app: Any) -> None:

@@ -35,7 +35,7 @@ def install(app: Any, settings: Settings, batches: BatchLoop, metrics: Metrics, 
         topic,
         lambda: {p: (offset, batches.folded_at.get(p, 0.0)) for p, offset in batches.progress.items()},
         idle,
-        batches.starts.start_of,
+        batches.parts.starts.start_of,
         on_reread=lambda p: metrics.rereads.labels(str(p)).inc(),
     )
 
@@ -46,16 +46,16 @@ def install(app: Any, settings: Settings, batches: BatchLoop, metrics: Metrics, 
             batches.progress.pop(p, None)
             batches.folded_at.pop(p, None)
         watch.revoked(gone)
-        batches.holes.forget(gone)
+        batches.parts.holes.forget(gone)
 
     @app.on_partitions_assigned.connect
     async def note_assignment(sender: Any, assigned: Any, **kwargs: Any) -> None:
         mine = [tp.partition for tp in assigned if tp.topic == topic]
         watch.assigned(mine)
-        batches.holes.forget(mine)  # Faust reads them from the committed offsets again
+        batches.parts.holes.forget(mine)  # Faust reads them from the committed offsets again
         # The whole assignment, not only what this call names: partitions kept from the
         # last one keep their states, new ones are loaded, lost ones dropped.
-        batches.recovery.assigned(tp.partition for tp in app.consumer.assignment() if tp.topic == topic)
+        batches.parts.recovery.assigned(tp.partition for tp in app.consumer.assignment() if tp.topic == topic)
 
     @app.task
     async def reread_lost_events() -> None:

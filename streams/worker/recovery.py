@@ -64,11 +64,13 @@ async def read_partitions(
 class Recovery:
     """Which events partitions are loaded, being loaded or unknown, and the loads."""
 
-    def __init__(self, settings: Settings, runs: RunStore, metrics: Metrics, on_loaded: Callable[[], None]) -> None:
+    def __init__(self, settings: Settings, runs: RunStore, metrics: Metrics) -> None:
         self.settings = settings
         self.runs = runs
         self.metrics = metrics
-        self.on_loaded = on_loaded  # wakes the batch loop: held events can go
+        # Called when a load is done: the batch loop, which holds the partitions' events
+        # meanwhile, sets it when it is made (held events can go).
+        self.on_loaded: Callable[[], None] = lambda: None
         self.held: set[int] = set()  # partitions whose states are in the store
         self.loading: dict[int, int] = {}  # partition -> the generation of its load
         self.records_left = 0

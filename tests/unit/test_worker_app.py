@@ -53,7 +53,7 @@ def test_the_agent_folds_a_lone_event_itself_only_when_nothing_waits_is_handled_
 
     async def check() -> None:
         assert loop.can_handle_now()
-        loop.recovery.held.add(0)  # partition 0's states are loaded: its events are not held
+        loop.parts.recovery.held.add(0)  # partition 0's states are loaded: its events are not held
         event = SimpleNamespace(message=SimpleNamespace(partition=0, offset=7, key=b"r", value=b"{}"))
         assert loop.put(event) is False
         assert not loop.can_handle_now(), "an event passed on waits for the fold loop"
@@ -61,7 +61,7 @@ def test_the_agent_folds_a_lone_event_itself_only_when_nothing_waits_is_handled_
         async with loop._turn:  # the fold loop handles a batch
             assert not loop.can_handle_now()
         delivered = asyncio.get_running_loop().create_future()
-        loop._sent.append(delivered)
+        loop.flusher.sent.append(delivered)
         assert not loop.can_handle_now(), "the last batch's output is still travelling"
         delivered.set_result(None)
         assert loop.can_handle_now()
@@ -72,10 +72,10 @@ def test_the_agent_folds_a_lone_event_itself_only_when_nothing_waits_is_handled_
 
 
 def test_a_flush_acknowledges_its_events_a_slice_at_a_time_letting_the_loop_run_between(tmp_path: Path) -> None:
-    """BatchLoop._flush: the events a flush covers are acknowledged ACK_SLICE at a time,
+    """Flusher.flush: the events a flush covers are acknowledged ACK_SLICE at a time,
     the event loop running between slices (a thousand acknowledgements held it 2.7 ms),
     and every one of them before the flush returns."""
-    from streams.worker.batches import ACK_SLICE
+    from streams.worker.flush import ACK_SLICE
 
     s = settings_mod.build(
         {"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={}, kind=WorkerSettings
@@ -90,14 +90,14 @@ def test_a_flush_acknowledges_its_events_a_slice_at_a_time_letting_the_loop_run_
                 await asyncio.sleep(0)
 
         n = 2 * ACK_SLICE + 10
-        loop._unacked = [SimpleNamespace(ack=lambda: seen.append(ticks[0])) for _ in range(n)]
+        loop.flusher.unacked = [SimpleNamespace(ack=lambda: seen.append(ticks[0])) for _ in range(n)]
         task = asyncio.create_task(other_work())
         await asyncio.sleep(0)
         try:
-            await loop._flush()
+            await loop.flusher.flush()
         finally:
             task.cancel()
-        assert len(seen) == n and not loop._unacked
+        assert len(seen) == n and not loop.flusher.unacked
         slices = [seen[i : i + ACK_SLICE] for i in range(0, n, ACK_SLICE)]
         assert all(len(set(part)) == 1 for part in slices)  # a slice in one go
         assert slices[0][0] < slices[1][0] < slices[2][0]  # the loop ran between slices
@@ -137,9 +137,9 @@ def test_events_arriving_while_the_last_output_travels_go_out_with_the_batch_wai
             return done
 
         loop.publisher.send = send
-        loop.recovery.held.add(0)  # partition 0's states are loaded: its events are not held
+        loop.parts.recovery.held.add(0)  # partition 0's states are loaded: its events are not held
         travelling = asyncio.get_running_loop().create_future()
-        loop._sent.append(travelling)
+        loop.flusher.sent.append(travelling)
         first = [event(0)]
         handling = asyncio.create_task(loop._handle(first))
         await asyncio.sleep(0)
@@ -150,7 +150,7 @@ def test_events_arriving_while_the_last_output_travels_go_out_with_the_batch_wai
         travelling.set_result(None)
         await handling
         assert sends == [[0, 1, 2]], "one send: the batch's decisions, then those of the events that came meanwhile"
-        assert loop._unacked == first + late and not loop._waiting
+        assert loop.flusher.unacked == first + late and not loop._waiting
         assert loop.progress == {0: 2}
         await loop._handle([event(3)])  # the last output delivered: at once, alone
         assert sends[-1] == [3] and len(sends) == 2

@@ -1,0 +1,54 @@
+"""What the batch loop works with, built once by `create_app` and handed to it whole."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from detectors import DetectionConfig
+
+from ..kafka.producer import BatchProducer
+from .delivery import GroupStarts, Holes
+from .metrics import Metrics
+from .recovery import Gate, Recovery
+from .run_store import RunStore
+from .settings import WorkerSettings
+from .tracing import Tracer
+from .tracing import from_env as tracer_from_env
+
+
+@dataclass(frozen=True)
+class LoopParts:
+    publisher: BatchProducer  # decisions and dead letters
+    states: BatchProducer  # changelog records: a connection of their own
+    runs: RunStore  # the run states, staged and written to the changelog
+    recovery: Recovery  # loads partitions' states
+    gate: Gate  # holds the events of partitions not loaded yet
+    holes: Holes  # events lost on their way to the agent (the agent checks each)
+    starts: GroupStarts  # where the group starts a partition (Faust's group)
+    trace: Tracer | None  # per-batch timings (tracing.py), off by default
+
+
+def build_parts(
+    settings: WorkerSettings,
+    config: DetectionConfig,
+    metrics: Metrics,
+    store: Callable[[], Any],
+    partition_of: Callable[[bytes], int | None],
+    tombstone_delay: float,
+) -> LoopParts:
+    """The batch loop's parts over the run states in `store()`, for `config`'s idle timeout."""
+    publisher, states = BatchProducer(settings), BatchProducer(settings)
+    runs = RunStore(store, settings.changelog_topic, states, partition_of, config.idle_timeout_ms, tombstone_delay)
+    recovery = Recovery(settings, runs, metrics)
+    return LoopParts(
+        publisher=publisher,
+        states=states,
+        runs=runs,
+        recovery=recovery,
+        gate=Gate(recovery),
+        holes=Holes(),
+        starts=GroupStarts(settings, settings.app_id),
+        trace=tracer_from_env(),
+    )
