@@ -46,7 +46,7 @@ class Folded(Struct, frozen=True, gc=False):
     """An event folded: its run's state before and after, and what it decided.
 
     (A Struct rather than a NamedTuple: one is made per event on every reader, and a
-    Struct is built in C, four times faster. Not tracked by the cycle collector: it
+    Struct is built in C, and costs less: benchmarks.replay. Not tracked by the cycle collector: it
     holds events, states and bytes, none of which can refer back to it.)"""
 
     position: Any  # where the source read it (a line number, a Kafka message, an index)

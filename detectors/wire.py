@@ -91,7 +91,7 @@ Event = ToolCall | ToolResult | Usage | CompactionRetry | RunEnd
 
 class Decision(Struct, frozen=True, gc=False):
     """The verdict for one event; field order is the wire order. The engine builds one
-    per call by position (msgspec matches 20 keywords about eight times slower); new
+    per call by position (matching 20 keywords costs msgspec far more: benchmarks.replay); new
     fields go at the end, with defaults (so decisions recorded before them still decode).
     Every field is written, but `degraded`, which only a client sets."""
 

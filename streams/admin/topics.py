@@ -14,7 +14,7 @@ def topic_specs(s: Settings) -> list[tuple[str, int, dict[str, str]]]:
     # The changelog gets one record per touched run per flush; compaction (one record a
     # run) only reaches closed segments, and Kafka's default segment (1 GiB or 7 days)
     # closes too rarely, so a recovering worker would read every write ever made
-    # (benchmarks/recovery.py: 500,938 records for 100,000 runs, about 4,400 a second).
+    # (benchmarks.recovery; benchmarks/RESULTS.md).
     compacted = {"cleanup.policy": "compact", "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"}
     return [
         (s.events_topic, s.partitions, {"cleanup.policy": "delete"}),

@@ -382,9 +382,9 @@ def _print_policy(s: dict[str, Any], out: TextIO) -> None:
 
 def run_audit(settings: Settings, args: argparse.Namespace) -> int:
     # An audit holds what it read for a grace period: many container objects alive for
-    # seconds, which the cycle collector would walk again at every collection (about a
-    # quarter of a 1M-event audit's time). Nothing it builds needs prompt collection:
-    # what was imported is frozen, and collections come 100x less often.
+    # seconds, which the cycle collector would walk again at every collection (a large
+    # share of an audit's time, benchmarks.audit). Nothing it builds needs prompt
+    # collection: what was imported is frozen, and collections come far less often.
     options = AuditOptions.from_args(args, time.time())
     gc.collect()
     gc.freeze()

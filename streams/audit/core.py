@@ -120,7 +120,7 @@ class Replayer:
         With one config in the book, every event is replayed under it, whatever its
         recorded decision names: the fold is then given no `config_for` (a Python call
         per event), and `Audit.events` looks the recorded decision up itself (the
-        callback held 3% of py-spy's samples of a 1M-event audit)."""
+        callback's share of an audit's time: benchmarks.audit's profile)."""
         configs = self.configs
         self.one_config = all(c is configs.current for c in configs.by_hash.values())
         self._book_size = len(configs.listed)

@@ -91,8 +91,8 @@ def whole(d: Decision) -> int:
 
     Equal decisions are equal field by field, however their bytes were written: an older
     worker's decision, without the fields added since, is read with their defaults, as
-    the replay makes them. (Measured over 200,000 recorded decisions: 233 ns a struct's
-    hash, against 657 ns to encode one and hash the bytes.)"""
+    the replay makes them. (A struct's hash costs far less than encoding it and hashing
+    the bytes: benchmarks.audit; benchmarks/RESULTS.md.)"""
     seq, ts, count = d.seq, d.ts, d.count
     if (
         0 <= seq < _BELOW
@@ -139,8 +139,8 @@ class Join:
     Held by run, then by seq: an audit holds a grace period's worth of decisions, and
     looks one up for every event it folds. In one dict keyed by (run_id, seq), each
     lookup, insertion and deletion lands at a random place in a table of that size, out
-    of the processor's caches (0.35 against 0.09 us a lookup, 500,000 entries against
-    2,000); a run's own dict is small, and in the caches while its events are read."""
+    of the processor's caches (benchmarks.audit); a run's own dict is small, and in the
+    caches while its events are read."""
 
     def __init__(self, grace_ms: int, scope: Scope = ALL_RUNS, named: Callable[[str], Any] | None = None) -> None:
         """`named(config_hash)`: the config a decision's hash names (None: unknown),

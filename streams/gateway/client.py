@@ -5,65 +5,33 @@
         if d.action == "block": ...
         await client.result(run_id, "read", {"path": "a"}, result={...})
 
-Events are produced with an idempotent producer (acks=all), keyed by run_id. The client
-reads only its own partition of the decisions topic (the partition of its gateway_id
-under Kafka's default partitioner) and resolves one future per (run_id, seq). Privacy
-mode (the default) hashes params and results here and sends no raw payload.
+Events are produced with an idempotent producer (acks=all), keyed by run_id; the client
+reads only its own partition of the decisions topic (its gateway_id's, under Kafka's
+default partitioner) and resolves one future per (run_id, seq). Privacy mode (the
+default) hashes params and results here; a failed tool's result then carries
+`failed: true`, which the hashes alone do not say (section 9's breaker counts failures).
 
-Sequence numbers. The worker needs `seq` only to increase strictly within a run (and to
-stay within 2^53 - 1); an event whose seq is not above the run's last applied one is a
-duplicate. A gateway that restarts mid-run (a new client, same run_id) must therefore not
-start counting again: every event gets
+Sequence numbers: `seq = max(previous seq + 1, the wall clock in µs)`, one counter for
+the whole client. The worker needs seq only to increase within a run; a gateway that
+restarts mid-run so continues above what it sent before (assuming its clock did not step
+back by more than it was down: else its first events of a run are stale duplicates,
+dead-lettered and answered by the timeout policy). The clock in µs reaches 2^53 - 1 in
+the year 2255.
 
-    seq = max(the previous seq this client issued + 1, the wall clock in µs since the epoch)
+Usage and aborts (semantics.md section 8). `usage(...)` does not wait for a decision:
+one comes only when a budget is spent, and the worker folds the usage event before the
+run's next event, so the next `check` gets the abort anyway. Every abort received for a
+run is remembered in `aborted[run_id]` until `end_run`, and the run's next `check`
+returns it at once, sending nothing. A spend cap's pause (`fleet_spend_cap`, section 11)
+is not remembered: the call is not run, and the run's next call is judged again.
 
-one counter for the whole client, not per run. A restarted client so continues above
-whatever it sent before, every seq it issues is unique (so are its event ids, even when a
-run_id is reused after `end_run`), and no per-run counter is kept. The counter runs
-ahead of the clock only while the client issues more than one event per microsecond (at
-most by the number of events issued that fast), so in practice seq is the clock, and a
-clock that steps back while the client runs changes nothing. Assumption, across a
-restart: the new client's clock is past the last seq the old one issued, i.e. the clock
-did not step back by more than the time the gateway was down (less that lead). If it
-did, the new client's first events of a run the worker still holds are duplicates until
-the clock catches up: their tool_calls are dead-lettered as `stale_seq` and answered by
-the timeout policy (degraded decisions), their results are ignored; a call is given
-another call's decision only if its seq equals an earlier one to the microsecond. The
-clock in µs reaches the 2^53 - 1 limit in the year 2255.
+Shadow mode (section 10): a decision with `enforced: false` says `allow` (the would-be
+action in `shadow_action`); it is handed on so, never remembered as an abort, logged at
+debug level; a run known to be in shadow is not blocked by the fail-closed policy either.
 
-Usage and aborts. `usage(run_id, input_tokens=, output_tokens=, cost_usd=, model=)`
-reports what one model call of the run used (semantics.md section 8). A usage event
-yields a decision only when it spends a budget (an abort), so `usage` does not wait for
-one: waiting would add the whole timeout to every model call, for an answer that almost
-never comes. It returns the abort the client already received for the run, if any.
-Nothing is lost by not waiting: the worker folds the usage event before the run's next
-event (one partition, in order), so it answers the next `check` of that run with the
-abort whether or not the usage event's own decision has reached the client by then.
-Every abort the client receives for a run (an answer to a call, to a result or to a
-usage event) is remembered in `aborted[run_id]`; the next `check` of that run returns it
-at once without publishing anything (the worker would answer every later call of an
-aborted run with abort, section 8 "Aborted runs"; and a worker that is down cannot get
-it allowed by the fail-open policy), and `end_run` forgets it. A spend cap's pause
-(`fleet_spend_cap`, section 11) is an abort that ends no run: the call is not run, but it
-is not remembered, so the run's next call is judged again.
-
-Shadow mode (semantics.md section 10). A decision with `enforced: false` already says
-`allow` (the would-be action is in `shadow_action`); the client hands it on so, never
-remembers it as an abort, and logs it at debug level on the `loopwarden.gateway`
-logger, one line naming the run, the tool, the detector and the shadow action. A run
-known to be in shadow (a decision of it said so) is not blocked by the fail-closed
-policy either: when the worker does not answer, its degraded decision is `allow` too,
-with the policy's action as `shadow_action`, since whatever the worker would have
-answered, the run would have been allowed (a stop order aside, which a worker answers
-with an enforced abort that the client then remembers).
-
-Privacy mode sends `failed: true` on the tool_result of a tool that failed (an `error`
-given, `None` included), as the hashes alone do not say so (the fleet's tool breaker
-counts failures, semantics.md section 9); raw mode sends the `error` itself.
-
-Errors name their cause: an event too large to send is an `EventTooLarge` raised before
-anything is produced, and a broker that cannot be reached, refuses the login or presents
-a certificate the CA does not vouch for is a `BrokerError` that says which.
+Errors name their cause: `EventTooLarge` before anything is produced, `BrokerError` for
+a broker that cannot be reached, refuses the login or presents a certificate the CA does
+not vouch for (made and translated in streams/kafka/clients.py).
 """
 
 from __future__ import annotations

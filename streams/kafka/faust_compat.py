@@ -90,9 +90,8 @@ def deliver_inline(consumer: Any) -> None:
     `await self.wait_first(self.callback(message), self.suspend_flow.wait())`: mode's
     `wait_first` makes a task of the callback and of three waits (the flow suspended,
     the service stopped, crashed), waits for the first to finish and cancels the rest.
-    That is four tasks and three cancellations per message, about 30 us of the worker's
-    CPU per event (one worker draining 60,000 preloaded events: 90-92 us of CPU an event
-    with them, 60-62 without).
+    That is four tasks and three cancellations per message, a large share of the
+    worker's CPU per event (benchmarks.kafka's worker throughput; benchmarks/RESULTS.md).
 
     Here `consumer.callback` runs the conductor's coroutine at once, up to its first
     suspension. Almost always it finishes there (the agent's buffer has room, the flow

@@ -5,9 +5,8 @@ gives (up to 256 KiB) is appended to one bytearray, which grows by reallocation 
 size of the response (a fetch is up to 8 MiB for the audit), and `readexactly` copies
 the response out of it. Past twice the reader's 64 KiB limit the transport is paused,
 and resumed by the next read: twice per chunk, two system calls each. An audit reads
-two whole topics this way (800 MB for 1M events and their decisions): reading 1M
-events took 1.27-1.38 s of CPU, 0.81-0.89 s with this reader (side by side, four runs
-each); `_read_ready`, `feed_data` and `readexactly` held a third of the reading.
+two whole topics this way, and `_read_ready`, `feed_data` and `readexactly` were a
+large share of its reading (benchmarks.audit; benchmarks/RESULTS.md).
 
 `FrameReader` keeps the chunks as the socket gave them, and joins a response's chunks
 once, when it is complete (a response that is one chunk is not copied at all). It does

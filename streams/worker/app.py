@@ -168,8 +168,8 @@ def _faust_app(settings: WorkerSettings) -> faust.App:
         broker_session_timeout=settings.session_timeout_s,
         # Heartbeats every quarter second: the live members learn of a rebalance (a dead
         # member's session expired) within 0.25 s, and as an eager rebalance waits for the
-        # last member to rejoin, every member's pause shrinks with it (benchmarks.failover
-        # with 100,000 open runs: the survivors' longest pause 2.0 s at 1 s, 1.17 s here).
+        # last member to rejoin, every member's pause shrinks with it (benchmarks.failover,
+        # the survivors' longest pause).
         broker_heartbeat_interval=min(0.25, settings.session_timeout_s / 3),
         web_enabled=True,
         web_bind=settings.web_host,

@@ -115,9 +115,9 @@ def install(app: Any, settings: Settings, ledger: FleetLedger, config_of: Any, m
     `breaker` is false for a worker whose config is fixed (`--config`) and has no tool
     breaker: it sends no failures, and its stage would judge none, so the failures topic
     is not consumed at all. Its partitions are not then in every fetch the worker's
-    consumer makes: at 1,000 calls/s, where a fetch returns about one event, that saved
-    67 us of CPU per event (benchmarks.kafka, side by side). A worker following the config
-    topic keeps the stage, as a later config may turn the breaker on."""
+    consumer makes, which at a high rate returns about one event a fetch
+    (benchmarks.kafka). A worker following the config topic keeps the stage, as a later
+    config may turn the breaker on."""
     follower = FleetFollower(settings, ledger)
 
     @app.service

@@ -9,8 +9,8 @@ recovery.py reads the changelog back when the worker takes a partition over:
 - **Writes.** Faust produces one changelog record per `table[key] = value`, one
   `send` at a time (tens of microseconds each) and for every write, however often a
   run changes. Here a run's state is staged, and written once per flush interval, in
-  explicit produce batches of a producer of its own (a flush went from 100-230 ms to
-  15-40 ms). The record goes to the partition of the run's events, with no
+  explicit produce batches of a producer of its own (benchmarks.latency_stages times
+  the flushes). The record goes to the partition of the run's events, with no
   partitioner to run.
 - **Reads after recovery.** Recovery puts the changelog's raw bytes in the store
   (`adopt`); a RunState the fold wrote is stored as the object. `load` takes either.
