@@ -31,12 +31,12 @@ from typing import NamedTuple
 import msgspec
 
 from benchmarks.kafka import own_broker, preload, publish
-from benchmarks.trace import CONFIG, generate
 from streams.admin.topics import create_topics
 from streams.kafka import settings as settings_mod
 from streams.kafka.producer import OutRecord
 from streams.tools import localkafka
 from streams.tools.launch import command
+from streams.tools.trace import CONFIG, generate
 
 ROOT = Path(__file__).resolve().parents[1]
 CHUNK = 20_000

@@ -53,7 +53,6 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from benchmarks.trace import generate
 from streams.admin.topics import create_topics
 from streams.gateway.client import GatewayClient, partition_for
 from streams.kafka import ranges
@@ -61,6 +60,7 @@ from streams.kafka import settings as settings_mod
 from streams.kafka.producer import BatchProducer, OutRecord
 from streams.tools import localkafka
 from streams.tools.launch import Worker, stop_process
+from streams.tools.trace import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 GATEWAYS = 8

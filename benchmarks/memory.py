@@ -17,8 +17,8 @@ import json
 import os
 import random
 
-from benchmarks.trace import CONFIG, _run_events
 from detectors import Folded, encode_state, fold, load_config
+from streams.tools.trace import CONFIG, run_events
 
 config = load_config(json.dumps(CONFIG))
 
@@ -35,7 +35,7 @@ def typical_states(n: int) -> dict:
     def events():
         for i in range(n):
             run = f"run-{i:06d}"
-            for ev in _run_events(rng, run, f"gw-{i % 16}", 20, None):
+            for ev in run_events(rng, run, f"gw-{i % 16}", 20, None):
                 if ev["type"] == "run_end":
                     break  # keep the state the run had before it ended
                 yield ev

@@ -79,12 +79,12 @@ from benchmarks.kafka import (
     wait_for_count,
     worker_flags,
 )
-from benchmarks.trace import LOOP_KINDS, _run_events
 from streams.admin.topics import create_topics
 from streams.gateway.client import partition_for
 from streams.kafka import settings as settings_mod
 from streams.kafka.producer import OutRecord
 from streams.tools import launch, localkafka
+from streams.tools.trace import LOOP_KINDS, run_events
 
 BROKER_HEAP = "768m"
 PROBE_RUN = "run-000000"
@@ -158,7 +158,7 @@ def make_events(runs: int, lo: int, hi: int, seed: int = 11) -> tuple[list[bytes
         loop = rng.choice(LOOP_KINDS) if rng.random() < 0.2 else None
         evs = [
             privacy_form(ev)
-            for ev in _run_events(rng, f"run-{i:06d}", f"gw-{i % 16:02d}", rng.randint(lo, hi), loop)
+            for ev in run_events(rng, f"run-{i:06d}", f"gw-{i % 16:02d}", rng.randint(lo, hi), loop)
             if ev["type"] != "run_end"
         ]
         per_run.append(evs)

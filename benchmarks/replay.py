@@ -112,7 +112,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="loopwarden-replay-bench-") as d:
         src, cfg = args.input, args.config
         if src is None:
-            from benchmarks.trace import CONFIG, generate
+            from streams.tools.trace import CONFIG, generate
 
             src = os.path.join(d, "events.jsonl")
             with open(src, "wb") as f:
@@ -122,7 +122,7 @@ def main() -> None:
                 with open(cfg, "w") as f:
                     json.dump(CONFIG, f)
         if cfg is None:
-            from benchmarks.trace import CONFIG
+            from streams.tools.trace import CONFIG
 
             cfg = os.path.join(d, "config.json")
             with open(cfg, "w") as f:

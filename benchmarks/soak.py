@@ -49,11 +49,11 @@ from statistics import median
 
 from benchmarks.kafka import cpu_seconds, end, start_worker
 from benchmarks.recovery import metrics, rss_mb, stoppable
-from benchmarks.trace import LOOP_KINDS, _run_events
 from streams.admin.topics import create_topics
 from streams.gateway.client import GatewayClient
 from streams.kafka import settings as settings_mod
 from streams.tools import localkafka
+from streams.tools.trace import LOOP_KINDS, run_events
 
 BROKER_HEAP = "512m"
 IDLE_TIMEOUT_MS = 60_000
@@ -118,7 +118,7 @@ async def one_run(
     stats.runs_started += 1
     aborted = False
     blocked: set[str] = set()
-    for ev in _run_events(rng, run, client.gateway_id, rng.randint(5, 40), loop):
+    for ev in run_events(rng, run, client.gateway_id, rng.randint(5, 40), loop):
         if stop.is_set():
             return
         kind = ev["type"]

@@ -7,7 +7,7 @@ import json
 import random
 from typing import NamedTuple
 
-from benchmarks.trace import generate
+from streams.tools.trace import generate
 
 MAX_EVENT_BYTES = 65536  # the readers are given this limit, so oversize events stay small
 

@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from benchmarks.trace import CONFIG, generate
 from detectors import DetectionConfig, decode_event, encode, replay
+from streams.tools.trace import CONFIG, generate
 from tests.integration.harness import (
     audit,
     consume,

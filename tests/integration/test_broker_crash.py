@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from benchmarks.trace import generate
 from streams.tools import localkafka
+from streams.tools.trace import generate
 from tests.events import distinct, offline, per_run
 from tests.integration.harness import (
     WorkerProcess,

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from benchmarks.trace import generate
 from detectors import DetectionConfig, Folded, encode_state, fold
+from streams.tools.trace import generate
 from streams.worker.run_store import ENDED
 from tests.events import distinct, offline, per_run
 from tests.integration.harness import (

@@ -14,7 +14,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from benchmarks.trace import generate
+from streams.tools.trace import generate
 from tests.integration.harness import WorkerProcess, event_records, new_prefix, produce, setup_topics, wait_until
 
 pytestmark = pytest.mark.integration

@@ -184,7 +184,7 @@ def test_the_fingerprint_tells_decisions_apart_by_any_field_not_by_their_bytes()
 
 
 def test_a_fold_that_does_not_encode_decides_as_one_that_does():
-    from benchmarks.trace import CONFIG, generate
+    from streams.tools.trace import CONFIG, generate
 
     lines = generate(3000)
     lines[10:10] = [b"{", b"", b'{"type": "tool_call"}', json.dumps({"type": "nope", "run_id": "x"}).encode()]

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import msgspec
 
-from benchmarks.trace import CONFIG, generate
 from detectors import DetectionConfig, apply, decode_event, decode_state, encode_state
 from detectors.fingerprint import call_key
 from detectors.rules import CallScan
 from detectors.state import EMPTY, KEY_CHARS, RunState, history_key, keys_of
 from detectors.wire import ToolCall
+from streams.tools.trace import CONFIG, generate
 
 WARN_AT_3 = DetectionConfig(
     {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 6}}}

@@ -70,7 +70,7 @@ def test_a_count_bar_draws_its_rate_on_the_terminal_and_lets_the_work_finish():
 
 
 def test_replay_on_a_terminal_keeps_its_output_clean(tmp_path):
-    from benchmarks.trace import CONFIG, generate
+    from streams.tools.trace import CONFIG, generate
 
     src, cfg = tmp_path / "events.jsonl", tmp_path / "config.json"
     src.write_bytes(b"\n".join(generate(3000)) + b"\n")

@@ -1,24 +1,29 @@
-"""A realistic mixed trace: many interleaved runs, payloads of a few hundred bytes,
-about a fifth of the runs sliding into one kind of loop (streams/tools/loops.py) after
-their first third. Deterministic for a given seed."""
+"""A realistic mixed trace, for the benchmarks and the tests: many interleaved runs,
+payloads of a few hundred bytes, about a fifth of the runs sliding into one kind of loop
+(streams/tools/loops.py) after their first third. Deterministic for a given seed."""
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
+from typing import Any
 
 from detectors.fingerprint import fingerprint
 from detectors.wire import decode_event, encode
-from streams.tools import loops
+
+from . import loops
 
 # The loops a run can slide into without an agent config or a compaction.
 LOOP_KINDS = loops.PLAIN_LOOPS
+CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+T0 = 1767225600000  # the first event's ts (ms); each event's is T0 + its seq
 
 
-def _run_events(rng: random.Random, run: str, gw: str, length: int, loop: str | None):
-    """One run's events; `loop` (a name in LOOP_KINDS, or None) takes over after a third.
-    Each result also carries its size and a duration drawn afresh (so a loop of plain
-    reads makes progress in the outcome digest's eyes, as slow tools do)."""
+def run_events(rng: random.Random, run: str, gw: str, length: int, loop: str | None) -> Iterator[dict[str, Any]]:
+    """One run's events, its run_end last; `loop` (a name in LOOP_KINDS, or None) takes
+    over after a third. Each result also carries its size and a duration drawn afresh (so
+    a loop of plain reads makes progress in the outcome digest's eyes, as slow tools do)."""
     seq = 0
     for i in range(length):
         stuck = loop is not None and i >= length // 3
@@ -30,18 +35,18 @@ def _run_events(rng: random.Random, run: str, gw: str, length: int, loop: str | 
             "seq": seq,
             "gateway_id": gw,
             "agent_id": None,
-            "ts": 1767225600000 + seq,
+            "ts": T0 + seq,
             "tool_call_id": call_id,
             "tool_name": step.tool,
             "params": step.params,
         }
         seq += 1
-        res = {
+        res: dict[str, Any] = {
             "type": "tool_result",
             "run_id": run,
             "seq": seq,
             "gateway_id": gw,
-            "ts": 1767225600000 + seq,
+            "ts": T0 + seq,
             "tool_call_id": call_id,
             "tool_name": step.tool,
             "params": step.params,
@@ -57,19 +62,24 @@ def _run_events(rng: random.Random, run: str, gw: str, length: int, loop: str | 
     yield {"type": "run_end", "run_id": run, "seq": seq, "gateway_id": gw}
 
 
+def privacy_form(line: bytes) -> bytes:
+    """An event's JSON in the form the client library sends by default (hashes computed
+    at the gateway, no params or results)."""
+    return encode(fingerprint(decode_event(line)))
+
+
 def generate(n_events: int, seed: int = 7, concurrent: int = 400, privacy: bool = False) -> list[bytes]:
     """About n_events JSON lines; `concurrent` runs are interleaved at any time. With
-    `privacy`, each event is in the form the client library sends by default (hashes
-    computed at the gateway, no params or results)."""
+    `privacy`, each event is in its privacy form (`privacy_form`)."""
     rng = random.Random(seed)
     lines: list[bytes] = []
-    active: list = []
+    active: list[Iterator[dict[str, Any]]] = []
     made = 0
     while len(lines) < n_events:
         while len(active) < concurrent:
             loop = rng.choice(LOOP_KINDS) if rng.random() < 0.2 else None
             length = rng.randrange(20, 80)
-            active.append(_run_events(rng, f"run-{made:06d}", f"gw-{made % 16:02d}", length, loop))
+            active.append(run_events(rng, f"run-{made:06d}", f"gw-{made % 16:02d}", length, loop))
             made += 1
         k = rng.randrange(len(active))
         ev = next(active[k], None)
@@ -77,8 +87,5 @@ def generate(n_events: int, seed: int = 7, concurrent: int = 400, privacy: bool 
             active.pop(k)
             continue
         line = json.dumps(ev, separators=(",", ":")).encode()
-        lines.append(encode(fingerprint(decode_event(line))) if privacy else line)
+        lines.append(privacy_form(line) if privacy else line)
     return lines
-
-
-CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
