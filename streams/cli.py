@@ -30,9 +30,12 @@ from typing import IO, TYPE_CHECKING
 from detectors.errors import LoopwardenError
 
 from .kafka import settings as settings_mod
+from .kafka.errors import SettingsError
 
 if TYPE_CHECKING:
     from detectors import DetectionConfig
+
+    from .tools.simulate import SimOptions
 
 CONFIG_FIELDS = (
     "OpenClaw's tools.loopDetection (global and per agent under agents.list) and loopwarden's own block: "
@@ -121,9 +124,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from .audit.command import run_audit
+    import time
 
-    return run_audit(_settings(args), args)
+    from .audit.command import run_audit
+    from .audit.options import AuditOptions
+
+    return run_audit(_settings(args), AuditOptions.from_args(args, time.time()))
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -274,34 +280,97 @@ def cmd_kafka(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     with _needs_worker_extra("demo"):
-        from .tools.demo import run_demo
+        from .tools.demo import DemoOptions, run_demo
 
-    return run_demo(args)
+    return run_demo(DemoOptions(args.seconds, args.gateways, args.bootstrap))
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    with _needs_worker_extra("top"):
-        from .tools.top import run_top
+    import time
 
-    return run_top(_settings(args), args)
+    from .times import parse_from
+
+    with _needs_worker_extra("top"):
+        from .tools.top import TopOptions, run_top
+
+    start = parse_from(args.start, time.time())
+    if args.once and args.start is None and args.seconds is None:
+        start = "beginning"  # --once alone: what is on the topic now
+    if args.seconds is not None and args.seconds <= 0:
+        raise SettingsError(f"--seconds must be positive, got {args.seconds}")
+    opts = TopOptions(
+        start=start,
+        once=args.once,
+        json=args.json,
+        seconds=args.seconds,
+        worker_metrics=tuple(args.worker_metrics or ()),
+        forget_after=args.forget_after,
+        screen=not args.no_screen,
+    )
+    return run_top(_settings(args), opts)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     with _needs_worker_extra("simulate"):
         from .tools.simulate import main_simulate
 
-    return main_simulate(_settings(args), args)
+    return main_simulate(_settings(args), sim_options(args))
+
+
+def sim_options(args: argparse.Namespace) -> SimOptions:
+    """`loopwarden simulate`'s options; a SettingsError names a bad value."""
+    from .tools.simulate import SimOptions
+
+    lo, _, hi = args.think_ms.partition(":")
+    try:
+        think = (float(lo), float(hi or lo))
+    except ValueError:
+        raise SettingsError(f"--think-ms {args.think_ms!r} is not LO:HI milliseconds (5:50)") from None
+    if args.holdout is not None and not 0 <= args.holdout <= 100:
+        raise SettingsError(f"--holdout {args.holdout} is not a percentage from 0 to 100")
+    opts = SimOptions(
+        gateways=args.gateways,
+        runs=args.runs,
+        seconds=args.seconds,
+        loop_share=args.loop_share,
+        think_ms=think,
+        seed=args.seed,
+        timeout_s=args.timeout,
+        holdout=args.holdout,
+        quiet=args.quiet,
+    )
+    return opts
 
 
 def cmd_hooks(args: argparse.Namespace) -> int:
     if args.action == "serve":
-        from .hooks.sidecar import run_serve
+        from .hooks.sidecar import ServeOptions, run_serve
 
-        run_serve(_settings(args), args)
+        serve = ServeOptions(
+            listen=args.listen,
+            gateway_id=args.gateway_id,
+            agent_id=args.agent_id,
+            timeout_s=args.timeout_s,
+            fail_closed=args.fail_closed,
+            raw=args.raw,
+            max_input_bytes=args.max_input_bytes,
+            log_level=args.log_level,
+        )
+        run_serve(_settings(args), serve)
         return ExitCode.OK
-    from .hooks.install import run_install
+    from .hooks.install import InstallOptions, run_install
 
-    return run_install(args)
+    install = InstallOptions(
+        runtime=args.runtime,
+        project=args.project,
+        user=args.user,
+        print=args.print,
+        fail_closed=args.fail_closed,
+        url=args.url,
+        http=args.http,
+        hook_command=args.hook_command,
+    )
+    return run_install(install)
 
 
 def _positive_int(text: str) -> int:

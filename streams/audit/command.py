@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import json
@@ -380,12 +379,11 @@ def _print_policy(s: dict[str, Any], out: TextIO) -> None:
         )
 
 
-def run_audit(settings: Settings, args: argparse.Namespace) -> int:
+def run_audit(settings: Settings, options: AuditOptions) -> int:
     # An audit holds what it read for a grace period: many container objects alive for
     # seconds, which the cycle collector would walk again at every collection (a large
     # share of an audit's time, benchmarks.audit). Nothing it builds needs prompt
     # collection: what was imported is frozen, and collections come far less often.
-    options = AuditOptions.from_args(args, time.time())
     gc.collect()
     gc.freeze()
     thresholds = gc.get_threshold()

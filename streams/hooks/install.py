@@ -28,7 +28,6 @@ not plain JSON (JSON with comments) is refused rather than rewritten without the
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -232,7 +231,21 @@ def write(p: Plan) -> None:
         raise LoopwardenError(f"cannot write {p.path}: {exc.strerror or exc}") from None
 
 
-def run_install(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class InstallOptions:
+    """`loopwarden hooks install`'s command line, as values (parsed in cli.py)."""
+
+    runtime: str
+    project: str | None = None  # the project's folder (None: this directory)
+    user: bool = False  # the user's config instead
+    print: bool = False  # print the config, write nothing
+    fail_closed: bool = False
+    url: str | None = None
+    http: bool = False  # claude-code: http hooks posting to the sidecar
+    hook_command: str | None = None
+
+
+def run_install(args: InstallOptions) -> int:
     """`loopwarden hooks install`: 0 when written (or already there), or printed."""
     path = config_path(args.runtime, args.project, args.user)
     flags = ["--fail-closed"] if args.fail_closed else []

@@ -388,7 +388,21 @@ async def serve(client: GatewayClient, listen: str, stop: asyncio.Event, **sidec
             await http.close()
 
 
-def run_serve(settings: Any, args: Any) -> None:
+@dataclass(frozen=True)
+class ServeOptions:
+    """`loopwarden hooks serve`'s command line, as values (parsed in cli.py)."""
+
+    listen: str = DEFAULT_LISTEN
+    gateway_id: str | None = None  # None: the host name
+    agent_id: str | None = None  # None: the project directory's name
+    timeout_s: float = 2.0
+    fail_closed: bool = False
+    raw: bool = False
+    max_input_bytes: int = 16 << 20
+    log_level: str = "warning"
+
+
+def run_serve(settings: Any, args: ServeOptions) -> None:
     """`loopwarden hooks serve`: until SIGINT or SIGTERM."""
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), format="%(asctime)s %(message)s")
     client = GatewayClient(
@@ -416,4 +430,4 @@ def run_serve(settings: Any, args: Any) -> None:
     asyncio.run(main())
 
 
-__all__ = ["DEFAULT_LISTEN", "HttpServer", "Reply", "Sidecar", "endpoint", "run_serve", "serve"]
+__all__ = ["DEFAULT_LISTEN", "HttpServer", "Reply", "ServeOptions", "Sidecar", "endpoint", "run_serve", "serve"]

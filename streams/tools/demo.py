@@ -14,6 +14,7 @@ import signal
 import sys
 import tempfile
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,6 @@ from .simulate import simulate
 from .top import Top, show
 
 if TYPE_CHECKING:
-    import argparse
     from types import FrameType
 
     from ..kafka.settings import Settings
@@ -47,7 +47,16 @@ def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # unwinds through the finally that stops the broker and worker
 
 
-def run_demo(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class DemoOptions:
+    """`loopwarden demo`'s command line, as values (parsed in cli.py)."""
+
+    seconds: float = 20.0
+    gateways: int = 3
+    bootstrap: str | None = None  # a broker to use instead of a local one
+
+
+def run_demo(args: DemoOptions) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on_signal)
     work = Path(tempfile.mkdtemp(prefix="loopwarden-demo-"))
@@ -95,7 +104,7 @@ def run_demo(args: argparse.Namespace) -> int:
             localkafka.stop(broker)
 
 
-async def _fleet(settings: Settings, args: argparse.Namespace, metrics_url: str) -> Report:
+async def _fleet(settings: Settings, args: DemoOptions, metrics_url: str) -> Report:
     """The simulated fleet, shown by `top` meanwhile (in place on a terminal, one line a
     second otherwise); the view stays on the screen when the fleet is done."""
     top = Top(settings, "now", [metrics_url])

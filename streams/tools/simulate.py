@@ -18,7 +18,6 @@ goes on to its last step and ends by itself.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
@@ -34,7 +33,6 @@ from detectors.policy import POLICY_NAMES
 from detectors.wire import Decision
 
 from ..gateway.client import GatewayClient
-from ..kafka.errors import SettingsError
 from ..kafka.partitioner import partition_for
 from ..kafka.settings import Settings
 from .loops import KINDS, LOOPS, NORMALS, result
@@ -45,7 +43,7 @@ SWITCH_TIMEOUT_S = 60.0  # how long the workers get to switch to a published hol
 
 @dataclass(frozen=True)
 class SimOptions:
-    """`loopwarden simulate`'s command line, as values."""
+    """`loopwarden simulate`'s command line, as values (parsed in cli.py)."""
 
     gateways: int = 8
     runs: int = 4
@@ -56,27 +54,6 @@ class SimOptions:
     timeout_s: float = 5.0
     holdout: int | None = None
     quiet: bool = False
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> SimOptions:
-        lo, _, hi = args.think_ms.partition(":")
-        try:
-            think = (float(lo), float(hi or lo))
-        except ValueError:
-            raise SettingsError(f"--think-ms {args.think_ms!r} is not LO:HI milliseconds (5:50)") from None
-        if args.holdout is not None and not 0 <= args.holdout <= 100:
-            raise SettingsError(f"--holdout {args.holdout} is not a percentage from 0 to 100")
-        return cls(
-            args.gateways,
-            args.runs,
-            args.seconds,
-            args.loop_share,
-            think,
-            args.seed,
-            args.timeout,
-            args.holdout,
-            args.quiet,
-        )
 
 
 @dataclass
@@ -359,8 +336,8 @@ async def _main(settings: Settings, o: SimOptions) -> Report:
     )
 
 
-def main_simulate(settings: Settings, args: argparse.Namespace) -> int:
-    rep = asyncio.run(_main(settings, SimOptions.from_args(args)))
+def main_simulate(settings: Settings, opts: SimOptions) -> int:
+    rep = asyncio.run(_main(settings, opts))
     print(json.dumps(rep.summary(), indent=2))
     ok = rep.normal_flagged == 0 and all(rep.caught.get(k, 0) == v for k, v in rep.injected.items())
     return 0 if ok else 2  # cli.ExitCode.FOUND

@@ -21,6 +21,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from detectors.fleet import Breaker, StopOrder
@@ -29,13 +30,10 @@ from detectors.wire import Decision, decode_decision
 
 from ..admin.fleet_topic import FleetLedger
 from ..kafka import ranges
-from ..kafka.errors import BrokerError, SettingsError
+from ..kafka.errors import BrokerError
 from ..kafka.settings import Settings
-from ..times import parse_from
 
 if TYPE_CHECKING:
-    import argparse
-
     from rich.console import Console
 
 ACTIONS = ("allow", "warn", "block", "abort")
@@ -644,14 +642,22 @@ async def once(top: Top, stop: asyncio.Event, seconds: float | None = None) -> d
         await top.close()
 
 
-def run_top(settings: Settings, args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class TopOptions:
+    """`loopwarden top`'s command line, as values (parsed in cli.py)."""
+
+    start: float | str = "now"  # seconds since the epoch, "now" or "beginning"
+    once: bool = False
+    json: bool = False
+    seconds: float | None = None
+    worker_metrics: tuple[str, ...] = ()
+    forget_after: float = FORGET_AFTER_S
+    screen: bool = True  # the live view on the terminal's alternate screen
+
+
+def run_top(settings: Settings, opts: TopOptions) -> int:
     """The `loopwarden top` command."""
-    start = parse_from(args.start, time.time())
-    if args.once and args.start is None and args.seconds is None:
-        start = "beginning"  # --once alone: what is on the topic now
-    if args.seconds is not None and args.seconds <= 0:
-        raise SettingsError(f"--seconds must be positive, got {args.seconds}")
-    top = Top(settings, start, args.worker_metrics or (), forget_after=args.forget_after)
+    top = Top(settings, opts.start, opts.worker_metrics, forget_after=opts.forget_after)
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -659,11 +665,11 @@ def run_top(settings: Settings, args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         try:
-            if args.once:
-                snap = await once(top, stop, args.seconds)
+            if opts.once:
+                snap = await once(top, stop, opts.seconds)
                 if snap is None:
                     return 130
-                if args.json:
+                if opts.json:
                     print(json.dumps(snap, indent=2))
                 else:
                     from rich.console import Console
@@ -676,8 +682,8 @@ def run_top(settings: Settings, args: argparse.Namespace) -> int:
             await top.open(require=False)
             try:
                 tty = sys.stdout.isatty()
-                mode = "jsonl" if args.json else ("live" if tty else "plain")
-                await show(top, stop, seconds=args.seconds, mode=mode, screen=tty and not args.no_screen)
+                mode = "jsonl" if opts.json else ("live" if tty else "plain")
+                await show(top, stop, seconds=opts.seconds, mode=mode, screen=tty and opts.screen)
             finally:
                 await top.close()
             return 0

@@ -5,7 +5,6 @@ enforced one stopped at its block, budget verdicts kept apart from loop detectio
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 
@@ -13,6 +12,7 @@ import msgspec
 import pytest
 
 from detectors.wire import Decision
+from streams import cli
 from streams.kafka.errors import SettingsError
 from streams.tools.simulate import Agent, Report, SimOptions
 from tests.unit.test_top import dec
@@ -56,16 +56,16 @@ def run(kind: str, verdict) -> tuple[Report, Client]:
     return report, client
 
 
-def test_options_are_parsed_once():
-    ns = argparse.Namespace(
-        gateways=2, runs=3, seconds=5.0, loop_share=0.5, think_ms="4", seed=9, timeout=1.0, holdout=20, quiet=True
-    )
-    o = SimOptions.from_args(ns)
+def test_options_are_parsed_once_in_the_cli():
+    def parsed(*argv: str) -> SimOptions:
+        return cli.sim_options(cli.build_parser().parse_args(["simulate", *argv]))
+
+    o = parsed("--gateways", "2", "--think-ms", "4", "--holdout", "20")
     assert (o.think_ms, o.holdout, o.gateways) == ((4.0, 4.0), 20, 2)
     with pytest.raises(SettingsError, match="--holdout 101"):
-        SimOptions.from_args(argparse.Namespace(**{**vars(ns), "holdout": 101}))
+        parsed("--holdout", "101")
     with pytest.raises(SettingsError, match="--think-ms"):
-        SimOptions.from_args(argparse.Namespace(**{**vars(ns), "think_ms": "a:b"}))
+        parsed("--think-ms", "a:b")
 
 
 def test_a_held_out_loop_runs_to_its_end_and_is_caught_in_shadow():

@@ -13,7 +13,8 @@ from detectors.policy import POLICY_NAMES
 from detectors.rules import NAMES
 from detectors.wire import Decision
 from streams.kafka.errors import SettingsError
-from streams.tools.top import TopState, dead_letter_reason, metrics_url, parse_from, parse_lags
+from streams.times import parse_from
+from streams.tools.top import TopState, dead_letter_reason, metrics_url, parse_lags
 from streams.tools.topview import DETECTOR_SHORT, cut_middle, plain_line, render, run_columns
 
 T0 = 1_700_000_000.0
