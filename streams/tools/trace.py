@@ -26,8 +26,7 @@ def run_events(rng: random.Random, run: str, gw: str, length: int, loop: str | N
     a loop of plain reads makes progress in the outcome digest's eyes, as slow tools do)."""
     seq = 0
     for i in range(length):
-        stuck = loop is not None and i >= length // 3
-        step = (loops.LOOPS[loop] if stuck else loops.NORMAL).step(i, rng)
+        step = (loops.LOOPS[loop] if loop is not None and i >= length // 3 else loops.NORMAL).step(i, rng)
         call_id = f"{run}-c{i}"
         yield {
             "type": "tool_call",
