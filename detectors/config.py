@@ -272,104 +272,28 @@ def resolve(
     fleet: FleetPolicy | None = None,
     rules: Rules = NO_RULES,
 ) -> AgentConfig:
-    """Defaults, fallback and clamping over a merged loopDetection block.
-
-    Warnings name only the fields in `own` (those the block at `where` set itself), so
-    a bad global value is reported once, not again for every agent that inherits it.
-    """
+    """Defaults, fallback and clamping over a merged loopDetection block. Warnings name
+    only the fields in `own` (those the block at `where` set itself), so a bad global
+    value is reported once, not again for every agent that inherits it."""
     p = f"{where}tools.loopDetection."
-    sink = warnings
-    warnings = []
-    nums: dict[str, int] = {}
-    for name, default in DEFAULTS.items():
-        raw = merged.get(name)
-        val = _positive_int(raw) if raw is not None else default
-        if val is None:
-            warnings.append(f"{p}{name}: {raw!r} is not a positive integer; using the default {default}")
-            val = default
-        nums[name] = val
-    if nums["criticalThreshold"] <= nums["warningThreshold"]:
-        warnings.append(
-            f"{p}criticalThreshold: {nums['criticalThreshold']} is not above warningThreshold "
-            f"{nums['warningThreshold']}; clamped to {nums['warningThreshold'] + 1}"
-        )
-        nums["criticalThreshold"] = nums["warningThreshold"] + 1
-    if nums["globalCircuitBreakerThreshold"] <= nums["criticalThreshold"]:
-        warnings.append(
-            f"{p}globalCircuitBreakerThreshold: {nums['globalCircuitBreakerThreshold']} is not above "
-            f"criticalThreshold {nums['criticalThreshold']}; clamped to {nums['criticalThreshold'] + 1}"
-        )
-        nums["globalCircuitBreakerThreshold"] = nums["criticalThreshold"] + 1
+    found: list[str] = []
+    nums = _thresholds(merged, p, found)
     enabled = merged.get("enabled")
     if enabled is not None and not isinstance(enabled, bool):
-        warnings.append(f"{p}enabled: {enabled!r} is not true or false; treated as unset")
+        found.append(f"{p}enabled: {enabled!r} is not true or false; treated as unset")
         enabled = None
-    dets = merged.get("detectors")
-    if dets is not None and not isinstance(dets, dict):
-        warnings.append(f"{p}detectors: not an object; all detectors on")
-        dets = None
-    switches = {}
-    for name in SWITCHES:
-        raw = (dets or {}).get(name)
-        if raw is not None and not isinstance(raw, bool):
-            warnings.append(f"{p}detectors.{name}: {raw!r} is not true or false; using true")
-            raw = None
-        switches[name] = True if raw is None else raw
-    guard = merged.get("postCompactionGuard")
-    if guard is not None and not isinstance(guard, dict):
-        warnings.append(f"{p}postCompactionGuard: not an object; using the default window {DEFAULT_WINDOW}")
-        guard = None
-    raw_w = (guard or {}).get("windowSize")
-    window = _positive_int(raw_w) if raw_w is not None else DEFAULT_WINDOW
-    if window is None:
-        warnings.append(
-            f"{p}postCompactionGuard.windowSize: {raw_w!r} is not a positive integer; "
-            f"using the default {DEFAULT_WINDOW}"
-        )
-        window = DEFAULT_WINDOW
-    for w in warnings:
+    switches = _switches(merged, p, found)
+    window = _guard_window(merged, p, found)
+    for w in found:
         field = w[len(p) :].split(":", 1)[0]
         if own is None or field in own:
-            sink.append(w)
+            warnings.append(w)
     policy = own_policy if own_policy is not None else AgentPolicy()
     fleet = fleet if fleet is not None else FleetPolicy()
+    shape = _shape(enabled, nums, switches, window, idle_timeout_ms, policy, fleet, rules)
+    rolling, guard = enabled is True, enabled is not False
+    on_calls = tuple(d for d in (CALL_DETECTORS if rolling else ()) if _on(d, switches, rules))
     budgets = policy.budgets
-    breaker = fleet.breaker
-    shape: dict[str, Any] = {
-        "enabled": enabled,
-        **nums,
-        "detectors": switches,
-        "postCompactionGuard": {"windowSize": window},
-        "loopwarden": {
-            "runIdleTimeoutMs": idle_timeout_ms,
-            "budgets": {"runTokens": budgets.tokens, "runCostUsd": budgets.cost_usd, "runToolCalls": budgets.calls},
-            "enforce": policy.enforce,
-            "holdoutPercent": fleet.holdout_percent,
-            "fleet": {
-                "toolBreaker": {
-                    "enabled": breaker.enabled,
-                    "minRuns": breaker.min_runs,
-                    "windowMs": breaker.window_ms,
-                    "coolDownMs": breaker.cool_down_ms,
-                }
-            },
-        },
-    }
-    if fleet.spend_caps:  # only then: configs without caps keep their hash
-        shape["loopwarden"]["fleet"]["spendCaps"] = [cap.shape() for cap in fleet.spend_caps]
-    if rules.on():
-        shape["loopwarden"]["rules"] = rules.shape()
-    rolling = enabled is True
-    guard = enabled is not False
-    on_calls = (
-        tuple(
-            d
-            for d in CALL_DETECTORS
-            if (d.switch is None or switches[d.switch]) and (d.rule is None or rules.enabled(d.rule))
-        )
-        if rolling
-        else ()
-    )
     return AgentConfig(
         enabled=enabled,
         history_size=nums["historySize"],
@@ -397,6 +321,104 @@ def resolve(
         plain_policy=budgets == NO_BUDGETS and policy.enforce and not fleet.holdout_percent,
         spend_caps=fleet.spend_caps,
     )
+
+
+def _on(d: Detector[Any], switches: dict[str, bool], rules: Rules) -> bool:
+    """Whether a detector is switched on (`detectors`) and, if it is a rule of section
+    12, enabled (`loopwarden.rules`)."""
+    return (d.switch is None or switches[d.switch]) and (d.rule is None or rules.enabled(d.rule))
+
+
+def _thresholds(merged: dict[str, Any], p: str, warnings: list[str]) -> dict[str, int]:
+    """The numbers of section 1.3 (a bad one: its built-in default) clamped as 1.4 says."""
+    nums: dict[str, int] = {}
+    for name, default in DEFAULTS.items():
+        raw = merged.get(name)
+        val = _positive_int(raw) if raw is not None else default
+        if val is None:
+            warnings.append(f"{p}{name}: {raw!r} is not a positive integer; using the default {default}")
+            val = default
+        nums[name] = val
+    if nums["criticalThreshold"] <= nums["warningThreshold"]:
+        warnings.append(
+            f"{p}criticalThreshold: {nums['criticalThreshold']} is not above warningThreshold "
+            f"{nums['warningThreshold']}; clamped to {nums['warningThreshold'] + 1}"
+        )
+        nums["criticalThreshold"] = nums["warningThreshold"] + 1
+    if nums["globalCircuitBreakerThreshold"] <= nums["criticalThreshold"]:
+        warnings.append(
+            f"{p}globalCircuitBreakerThreshold: {nums['globalCircuitBreakerThreshold']} is not above "
+            f"criticalThreshold {nums['criticalThreshold']}; clamped to {nums['criticalThreshold'] + 1}"
+        )
+        nums["globalCircuitBreakerThreshold"] = nums["criticalThreshold"] + 1
+    return nums
+
+
+def _switches(merged: dict[str, Any], p: str, warnings: list[str]) -> dict[str, bool]:
+    """`detectors`: each switch on unless it is false."""
+    dets = merged.get("detectors")
+    if dets is not None and not isinstance(dets, dict):
+        warnings.append(f"{p}detectors: not an object; all detectors on")
+        dets = None
+    switches = {}
+    for name in SWITCHES:
+        raw = (dets or {}).get(name)
+        if raw is not None and not isinstance(raw, bool):
+            warnings.append(f"{p}detectors.{name}: {raw!r} is not true or false; using true")
+            raw = None
+        switches[name] = True if raw is None else raw
+    return switches
+
+
+def _guard_window(merged: dict[str, Any], p: str, warnings: list[str]) -> int:
+    """`postCompactionGuard.windowSize`."""
+    guard = merged.get("postCompactionGuard")
+    if guard is not None and not isinstance(guard, dict):
+        warnings.append(f"{p}postCompactionGuard: not an object; using the default window {DEFAULT_WINDOW}")
+        guard = None
+    raw = (guard or {}).get("windowSize")
+    window = _positive_int(raw) if raw is not None else DEFAULT_WINDOW
+    if window is None:
+        warnings.append(
+            f"{p}postCompactionGuard.windowSize: {raw!r} is not a positive integer; using the default {DEFAULT_WINDOW}"
+        )
+        window = DEFAULT_WINDOW
+    return window
+
+
+def _shape(
+    enabled: bool | None,
+    nums: dict[str, int],
+    switches: dict[str, bool],
+    window: int,
+    idle_timeout_ms: int,
+    policy: AgentPolicy,
+    fleet: FleetPolicy,
+    rules: Rules,
+) -> dict[str, Any]:
+    """The resolved config as its hash sees it (semantics.md section 1, wire-format.md)."""
+    budgets, breaker = policy.budgets, fleet.breaker
+    lw: dict[str, Any] = {
+        "runIdleTimeoutMs": idle_timeout_ms,
+        "budgets": {"runTokens": budgets.tokens, "runCostUsd": budgets.cost_usd, "runToolCalls": budgets.calls},
+        "enforce": policy.enforce,
+        "holdoutPercent": fleet.holdout_percent,
+        "fleet": {
+            "toolBreaker": {
+                "enabled": breaker.enabled,
+                "minRuns": breaker.min_runs,
+                "windowMs": breaker.window_ms,
+                "coolDownMs": breaker.cool_down_ms,
+            }
+        },
+    }
+    if fleet.spend_caps:  # only then: configs without caps keep their hash
+        lw["fleet"]["spendCaps"] = [cap.shape() for cap in fleet.spend_caps]
+    if rules.on():  # only then, likewise
+        lw["rules"] = rules.shape()
+    shape = {"enabled": enabled, **nums, "detectors": switches, "postCompactionGuard": {"windowSize": window}}
+    shape["loopwarden"] = lw
+    return shape
 
 
 class AgentPolicy(Struct, frozen=True):
@@ -588,42 +610,16 @@ def _spend_cap(entry: Any, taken: set[str], fell_back: list[str]) -> SpendCapCon
         per = "agent"
     elif per not in SPEND_PER:
         return f"per {per!r} is not one of {', '.join(repr(p) for p in SPEND_PER)}"
-    agents = entry.get("agents")
-    if agents is not None:
-        if not isinstance(agents, list):
-            return f"agents {agents!r} is not a list of agent ids"
-        if not agents:
-            return "agents is an empty list: the cap would match no event"
-        bad = [a for a in agents if not isinstance(a, str) or not a.strip()]
-        if bad:
-            return f"agents: {bad[0]!r} is not an agent id (a string that is not blank)"
-        agents = tuple(a.strip().lower() for a in agents)
+    agents = _cap_agents(entry.get("agents"))
+    if isinstance(agents, str):
+        return agents
     raw_w = entry.get("windowMs")
     window = DEFAULT_SPEND_WINDOW_MS if raw_w is None else _positive_int(raw_w)
     if window is None:
         fell_back.append(f"windowMs: {raw_w!r} is not a positive integer; using the default {DEFAULT_SPEND_WINDOW_MS}")
         window = DEFAULT_SPEND_WINDOW_MS
-    tokens = calls = cost = None
-    cost_usd = None
-    bad_ceilings = []
-    for name in ("tokens", "costUsd", "toolCalls"):
-        raw = entry.get(name)
-        if raw is None:
-            continue
-        if name == "costUsd":
-            cost = _cost_ceiling(raw)
-            if cost is None:
-                bad_ceilings.append(f"{name}: {raw!r} is not a positive cost of at least one micro-dollar; no ceiling")
-            else:
-                cost_usd = raw
-        else:
-            val = _positive_int(raw)
-            if val is None:
-                bad_ceilings.append(f"{name}: {raw!r} is not a positive integer; no ceiling")
-            elif name == "tokens":
-                tokens = val
-            else:
-                calls = val
+    bad_ceilings: list[str] = []
+    tokens, cost, calls, cost_usd = _cap_ceilings(entry, bad_ceilings)
     if tokens is None and cost is None and calls is None:
         why = "; ".join(b.rsplit("; ", 1)[0] for b in bad_ceilings)
         return f"no valid ceiling (tokens, costUsd or toolCalls){': ' + why if why else ''}"
@@ -639,6 +635,46 @@ def _spend_cap(entry: Any, taken: set[str], fell_back: list[str]) -> SpendCapCon
         cost_usd=cost_usd,
         agent_set=frozenset(agents) if agents is not None else None,
     )
+
+
+def _cap_agents(agents: Any) -> tuple[str, ...] | None | str:
+    """A cap's `agents`, trimmed and lower-cased (None: absent), or why the entry is ignored."""
+    if agents is None:
+        return None
+    if not isinstance(agents, list):
+        return f"agents {agents!r} is not a list of agent ids"
+    if not agents:
+        return "agents is an empty list: the cap would match no event"
+    bad = [a for a in agents if not isinstance(a, str) or not a.strip()]
+    if bad:
+        return f"agents: {bad[0]!r} is not an agent id (a string that is not blank)"
+    return tuple(a.strip().lower() for a in agents)
+
+
+def _cap_ceilings(entry: dict[str, Any], bad: list[str]) -> tuple[int | None, int | None, int | None, Any]:
+    """A cap's (tokens, cost in micro-dollars, calls, costUsd as given); `bad` gets each
+    ceiling that fails its check (as section 8 checks a budget's)."""
+    tokens = calls = cost = None
+    cost_usd = None
+    for name in ("tokens", "costUsd", "toolCalls"):
+        raw = entry.get(name)
+        if raw is None:
+            continue
+        if name == "costUsd":
+            cost = _cost_ceiling(raw)
+            if cost is None:
+                bad.append(f"{name}: {raw!r} is not a positive cost of at least one micro-dollar; no ceiling")
+            else:
+                cost_usd = raw
+            continue
+        val = _positive_int(raw)
+        if val is None:
+            bad.append(f"{name}: {raw!r} is not a positive integer; no ceiling")
+        elif name == "tokens":
+            tokens = val
+        else:
+            calls = val
+    return tokens, cost, calls, cost_usd
 
 
 def spend_caps(raw: Any, warnings: list[str]) -> tuple[SpendCapConfig, ...]:

@@ -8,6 +8,8 @@ one new state per event, no work beyond the decision for a call nothing fires on
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from msgspec import UNSET
 from msgspec.structs import replace
 
@@ -177,50 +179,52 @@ def _on_call(
     if len(key) < KEY_CHARS:  # history_key, inlined
         key = history_key(sig)
     v = None
-    detectors = cfg.call_detectors
-    if detectors:
-        new = key not in keys
-        if new:  # most calls: only detectors that need no repeat can fire
-            if history and history[-1].unknown_tool_name:
-                detectors = cfg.new_call_detectors
-            else:  # no unknown-tool streak either (with the defaults: no detector at all)
-                detectors = cfg.plain_call_detectors
-    if detectors:
-        scan = CallScan(history, tool, sig, poll, new)
-        if not (new or scan.seen):  # its key, but another signature's: not a repeat after all
-            detectors = cfg.new_call_detectors
-        for detector in detectors:
-            v = detector.evaluate(scan, cfg)
-            if v is not None:
-                break
+    # Most calls are new to the history, after a record naming no missing tool: with the
+    # default detectors none can fire then, and none is asked (`_verdict` checks again).
+    if cfg.call_detectors and (key in keys or cfg.plain_call_detectors or (history and history[-1].unknown_tool_name)):
+        v = _verdict(history, keys, key, tool, sig, poll, cfg)
     if v is not None or not cfg.plain_policy or (fleet is not None and (fleet.breakers or fleet.spend)):
         return _judged(state, ev, tool, sig, key, keys, cfg, ts, v, fleet)
-    # allow, enforced, no budget, no breaker: the common case, inlined
-    seq = ev.seq
-    run = ev.run_id
-    call_id = ev.tool_call_id
+    return _allowed(state, ev, tool, sig, key, keys, cfg, ts)
+
+
+def _verdict(
+    history: tuple[HistoryEntry, ...], keys: str, key: str, tool: str, sig: str, poll: bool, cfg: AgentConfig
+) -> Verdict | None:
+    """The first of the agent's detectors that fires on the call, or None."""
+    detectors = cfg.call_detectors
+    new = key not in keys
+    if new:  # most calls: only detectors that need no repeat can fire
+        if history and history[-1].unknown_tool_name:
+            detectors = cfg.new_call_detectors
+        else:  # no unknown-tool streak either (with the defaults: no detector at all)
+            detectors = cfg.plain_call_detectors
+        if not detectors:
+            return None
+    scan = CallScan(history, tool, sig, poll, new)
+    if not (new or scan.seen):  # its key, but another signature's: not a repeat after all
+        detectors = cfg.new_call_detectors
+    for detector in detectors:
+        v = detector.evaluate(scan, cfg)
+        if v is not None:
+            return v
+    return None
+
+
+# allow and no detector: the fields of the common decision between its ids and its args_hash
+_ALLOW_FIELDS = ("allow", "none", None, None, None, None, None)
+
+
+def _allowed(
+    state: RunState, ev: ToolCall, tool: str, sig: str, key: str, keys: str, cfg: AgentConfig, ts: int | None
+) -> tuple[RunState, tuple[Decision]]:
+    """The common case: allowed, enforced, no budget, no breaker nor cap; the call recorded."""
+    seq, run, call_id = ev.seq, ev.run_id, ev.tool_call_id
     d = Decision(
-        run,
-        seq,
-        ev.gateway_id,
-        ev.agent_id,
-        call_id,
-        tool,
-        ev.ts,
-        f"{run}:{seq}",
-        "allow",
-        "none",
-        None,
-        None,
-        None,
-        None,
-        None,
-        sig,
-        cfg.config_hash,
-        None,
-        True,
-        None,
-    )
+        run, seq, ev.gateway_id, ev.agent_id, call_id, tool, ev.ts, f"{run}:{seq}", *_ALLOW_FIELDS,
+        sig, cfg.config_hash, None, True, None,
+    )  # fmt: skip
+    history = state.history
     entry = HistoryEntry(tool, sig, call_id)
     n = len(history)
     size = cfg.history_size
@@ -247,6 +251,22 @@ def _on_call(
     ), (d,)
 
 
+class _Said(NamedTuple):
+    """What a judged call is told: its decision's fields but the ids."""
+
+    action: str
+    level: str
+    name: str | None = None
+    n: int | None = None  # the decision's count
+    warning_key: str | None = None
+    paired: str | None = None
+    message: str | None = None
+    signal: str | None = None
+
+
+_ALLOWED = _Said("allow", "none")
+
+
 def _judged(
     state: RunState,
     ev: ToolCall,
@@ -260,86 +280,31 @@ def _judged(
     fleet: FleetView | None,
 ) -> tuple[RunState, tuple[Decision]]:
     """A call some rule may judge: the detectors' verdict V (`v`, None for allow), then
-    section 9's list from "a budget exhausted" on (a spend cap in force next, section
-    11), then enforcement (section 10)."""
+    section 9's list from "a budget exhausted" on (`_policy`), then enforcement (section
+    10). A blocked or paused call is not recorded: the block stays in force."""
     calls = state.calls + 1
     warned = state.warned
-    marks = state.budget_marks
-    action, level = "allow", "none"
-    name = warning_key = paired = message = signal = None
-    count: int | None = None
+    said = _ALLOWED
     if v is not None:
-        name, count, warning_key, paired = v.detector.name, v.count, v.warning_key, v.paired_tool_name
-        if v.level == "critical":
-            action, level = "block", "critical"
-        else:
+        action = "block"
+        if v.level != "critical":
             action, warned = _warn(warned, v)
-            level = "warning"
-    record = action != "block"  # a blocked call is not recorded: the block stays in force
-    aborted = False
-    budgets = cfg.budgets
-    spent = exhausted(budgets, state.tokens, state.cost_micros, calls) if budgets is not None else None
-    if spent is not None:  # 8.3: abort, whatever V was (a V of abort was answered before)
-        kind, used, ceiling = spent
-        action, level, name, count, warning_key, paired = "abort", "critical", RUN_BUDGET, used, f"budget:{kind}", None
-        message = budget_abort_message(kind, used, ceiling)
-        record, aborted = False, True  # the run stops here: the call is not run, so not recorded
-        warned = state.warned
-    elif (
-        fleet is not None
-        and fleet.spend
-        and cfg.spend_caps
-        and (paused := fleet.spend_for(cfg.spend_caps, ev)) is not None
-    ):  # a spend cap in force, whatever V was: a pause, not an abort (the run goes on after it)
-        cap, s = paused
-        action, level, name, count = "abort", "critical", FLEET_SPEND_CAP, s.used
-        warning_key, paired, signal = f"spend:{cap.id}:{s.unit}", None, s.id
-        message = spend_cap_message(cap, s)
-        record = False  # as a blocked call: history and warning memory as they were
-        warned = state.warned
-    elif action != "block":
-        b = fleet.breaker_for(tool, ev.ts) if fleet is not None and fleet.breakers else None
-        if b is not None:  # an open breaker: a blocked call, history and warning memory as they were
-            action, level, name, count = "block", "critical", FLEET_TOOL_BREAKER, b.runs
-            warning_key, paired, signal = f"fleet:{tool}:{b.outcome}", None, b.id
-            message = breaker_message(shown_name(ev), b)
-            record = False
-            warned = state.warned
-        elif budgets is not None and v is None:  # 8.4: a budget warning on an allowed call
-            due = due_mark(budgets, (state.tokens, state.cost_micros, calls), marks)
-            if due is not None:
-                i, mark, percent, marks = due
-                kind = KINDS[i]
-                top = budgets.ceilings()[i]
-                assert top is not None  # due_mark names only kinds with a ceiling
-                action, level, name, count = "warn", "warning", RUN_BUDGET, percent
-                warning_key = f"budget:{kind}:{mark}"
-                message = budget_warning_message(kind, (state.tokens, state.cost_micros, calls)[i], top, percent)
+        level = "critical" if action == "block" else "warning"
+        said = _Said(action, level, v.detector.name, v.count, v.warning_key, v.paired_tool_name)
+    over, marks = _policy(state, ev, tool, cfg, fleet, calls, said.action == "block", v is None)
+    if over is not None:  # the policy's verdict: history and warning memory as they were
+        said, warned = over, state.warned
+    aborted = said.name == RUN_BUDGET and said.action == "abort"
     history = state.history
-    if record:
-        entry = HistoryEntry(tool, sig, ev.tool_call_id)
-        n = len(history)
-        if n >= cfg.history_size:
-            drop = n - cfg.history_size + 1
-            history = history[drop:] + (entry,)
-            keys = keys[drop * KEY_CHARS :] + key
-        else:
-            history = history + (entry,)
-            keys = keys + key
+    if said.action not in ("block", "abort"):
+        history, keys = _append(history, keys, HistoryEntry(tool, sig, ev.tool_call_id), cfg.history_size)
     shadow = not enforced(cfg, ev.run_id)
-    d = _decision(ev, tool, sig, cfg, action, level, name, count, warning_key, paired, message, signal, shadow)
+    d = _decision(ev, tool, sig, cfg, *said, shadow)
+    message = said.message if said.name in _POLICY else None
     a = Answer(
-        ev.seq,
-        d.action,
-        level,
-        name,
-        count,
-        warning_key,
-        paired,
-        message if name in _POLICY else None,
-        signal,
+        ev.seq, d.action, said.level, said.name, said.n, said.warning_key, said.paired, message, said.signal,
         d.shadow_action,
-    )
+    )  # fmt: skip
     answers, recent = _remember(state, a)
     return replace(
         state,
@@ -355,6 +320,52 @@ def _judged(
         aborted=aborted,
         abort_by=RUN_BUDGET if aborted else None,
     ), (d,)
+
+
+def _policy(
+    state: RunState,
+    ev: ToolCall,
+    tool: str,
+    cfg: AgentConfig,
+    fleet: FleetView | None,
+    calls: int,
+    blocked: bool,
+    allowed: bool,
+) -> tuple[_Said | None, tuple[int, int, int]]:
+    """Section 9's list from "a budget exhausted" on: a budget exhausted (8.3), a spend
+    cap in force (11), then, unless V is a block, an open breaker, and, if V allowed the
+    call, a budget warning (8.4). (What it says, or None; the budget marks warned.)"""
+    budgets = cfg.budgets
+    marks = state.budget_marks
+    spent = exhausted(budgets, state.tokens, state.cost_micros, calls) if budgets is not None else None
+    if spent is not None:  # abort, whatever V was (a V of abort was answered before)
+        kind, used, ceiling = spent
+        return _Said("abort", "critical", RUN_BUDGET, used, f"budget:{kind}", None, budget_abort_message(*spent)), marks
+    if fleet is not None and fleet.spend and cfg.spend_caps:
+        paused = fleet.spend_for(cfg.spend_caps, ev)
+        if paused is not None:  # a pause, not an abort: the run goes on after it
+            cap, sig = paused
+            message = spend_cap_message(cap, sig)
+            return _Said(
+                "abort", "critical", FLEET_SPEND_CAP, sig.used, f"spend:{cap.id}:{sig.unit}", None, message, sig.id
+            ), marks
+    if blocked:
+        return None, marks
+    b = fleet.breaker_for(tool, ev.ts) if fleet is not None and fleet.breakers else None
+    if b is not None:
+        message = breaker_message(shown_name(ev), b)
+        return _Said(
+            "block", "critical", FLEET_TOOL_BREAKER, b.runs, f"fleet:{tool}:{b.outcome}", None, message, b.id
+        ), marks
+    due = due_mark(budgets, (state.tokens, state.cost_micros, calls), marks) if budgets and allowed else None
+    if due is None:
+        return None, marks
+    i, mark, percent, marks = due
+    top = budgets.ceilings()[i]  # type: ignore[union-attr]  # due_mark is asked only with budgets
+    assert top is not None  # due_mark names only kinds with a ceiling
+    used = (state.tokens, state.cost_micros, calls)[i]
+    message = budget_warning_message(KINDS[i], used, top, percent)
+    return _Said("warn", "warning", RUN_BUDGET, percent, f"budget:{KINDS[i]}:{mark}", None, message), marks
 
 
 _POLICY = frozenset((RUN_BUDGET, FLEET_TOOL_BREAKER, OPERATOR_STOP, FLEET_SPEND_CAP))
@@ -431,9 +442,16 @@ def _on_result(
         history, keys = _append(
             history, keys_of(state), HistoryEntry(tool, sig, want_id, rh, unknown, failed), cfg.history_size
         )
-    left = state.guard_left
-    if left <= 0 or not cfg.result_detectors:
+    if state.guard_left <= 0 or not cfg.result_detectors:
         return replace(state, last_seq=ev.seq, last_ts=ts, history=history, history_keys=keys), _NO_DECISIONS
+    return _guarded(replace(state, history=history, history_keys=keys), ev, tool, sig, rh, cfg, ts)
+
+
+def _guarded(
+    state: RunState, ev: ToolResult, tool: str, sig: str, rh: str, cfg: AgentConfig, ts: int | None
+) -> tuple[RunState, tuple[Decision, ...]]:
+    """A result while the post-compaction guard is armed (section 5): one attempt used;
+    the run aborted when the window holds `windowSize` identical outcomes."""
     entry = GuardEntry(tool, sig, rh)
     window = state.guard_window + (entry,)
     scan = GuardScan(window, entry, window.count(entry))
@@ -446,23 +464,15 @@ def _on_result(
                 state,
                 last_seq=ev.seq,
                 last_ts=ts,
-                history=history,
-                history_keys=keys,
                 guard_left=0,
                 guard_window=(),
                 aborted=True,
                 abort_by=v.detector.name,
             ), (d,)
-    left -= 1
-    return replace(
-        state,
-        last_seq=ev.seq,
-        last_ts=ts,
-        history=history,
-        history_keys=keys,
-        guard_left=left,
-        guard_window=window if left else (),
-    ), _NO_DECISIONS
+    left = state.guard_left - 1
+    return replace(state, last_seq=ev.seq, last_ts=ts, guard_left=left, guard_window=window if left else ()), (
+        _NO_DECISIONS
+    )
 
 
 _MAX_TOTAL = 2**63 - 1  # a run's token and cost totals stop here (what a stored state holds)

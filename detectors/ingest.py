@@ -88,95 +88,36 @@ def fold(
 ) -> Iterator[Folded | SetAside]:
     """Fold messages over their runs' states: the one loop every reader runs.
 
-    `source` yields `(position, key, value)`: a Kafka batch, the lines of a file, a topic
-    read for an audit. `value` is the message's bytes (or, from the offline API, an event
-    already decoded). For each message this yields what became of it, in order: a
-    `Folded` (its decisions, its run's state before and after), or a `SetAside` (a dead
-    letter). A caller differs from another only in its source and in what it does with
-    these: write decisions to a file, publish them, stage the touched states.
+    `source` yields `(position, key, value)`: a Kafka batch, a file's lines, a topic read
+    for an audit; `value` is the message's bytes, or an event already decoded. Yields a
+    `Folded` or a `SetAside` (a dead letter) per message, in order.
 
-    A message's bytes larger than `max_event_bytes` are refused unread. `keyed` is false
-    for a source without keys (a file); otherwise each message's key must be its
-    event's run_id.
-
-    Run states live in a dict for the duration of the fold. A run not seen yet is read
-    with `load(run_id, position)` (the worker's store), or starts empty without a
-    loader; a run that ended stays ended (None) until its next event, so a loader is
-    not asked again for a state the fold has already dropped.
-
-    `config_for(event)`, when given, names the config each event is decided under
-    instead of `config` (an audit replays each event under the config its recorded
-    decision names).
-
-    `fleet` holds the stop orders and breakers calls are judged against (semantics.md
-    section 9). With `breakers`, the tool breaker's rule runs over the failures folded
-    here, in order, and each breaker it opens joins `fleet` (and is passed to `opened`):
-    offline replay opens breakers from its input this way. `fleet_for(event)`, when
-    given, names the view each event is judged against instead (an audit replays each
-    call with the fleet signal its recorded decision names).
-
-    With `spend`, the spend caps' rule (semantics.md section 11) counts every applied,
-    non-duplicate event folded here, in order, after it is judged (so the event that
-    reaches a cap is not judged by it), and each signal it reaches joins `fleet` (and is
-    passed to `reached`): offline replay reaches caps from its input this way.
-
-    `encode` false: the decisions are not encoded (every `encoded` is empty), for a
-    reader that compares decisions and writes none (an audit). The decisions are the
-    same: encoding cannot fail for an event decoded here from bytes (its strings are
-    valid UTF-8 and its integers fit in 64 bits, and a decision holds nothing else).
-    """
+    - Admission: bytes over `max_event_bytes` are refused unread; `keyed` (false for a
+      file) requires each key to be its event's run_id.
+    - States: a run not seen yet is read with `load(run_id, position)`, or starts empty.
+    - `config_for(event)`, `fleet_for(event)`: the config and fleet view of each event
+      instead of `config` and `fleet` (an audit's, as its recorded decision names them).
+    - `breakers` and `spend`: the tool breaker's and the spend caps' rules (semantics.md
+      sections 9 and 11) run over the events folded here, each applied one after it is
+      judged; what they open or reach joins `fleet`, and `opened` or `reached` is told.
+    - `encode` false: no decision is encoded (an audit compares decisions, writes none)."""
     if (breakers is not None or spend is not None) and fleet is None:
         fleet = FleetView()
     states: dict[str, RunState | None] = {}
     get = states.get
     for position, key, value in source:
         try:
-            if isinstance(value, _Event):
-                ev = value
-            else:
-                # Admission (wire-format.md, "Bad input"), in one order: a value at all,
-                # its size, its decoding (with the shared limits), its key. (Here, not in
-                # a function of its own: a Python call costs on every message.)
-                if value is None:
-                    raise DecodeError("the message has no value (a tombstone on the events topic)")
-                if len(value) > max_event_bytes:
-                    raise OversizeError(f"{len(value)} bytes > limit {max_event_bytes}")
-                try:
-                    ev = decode_event(value)
-                except EventError:
-                    if not value.strip():  # checked only here: a copy of every message costs
-                        raise DecodeError("an empty message: no JSON value") from None
-                    raise
-                except Exception as exc:  # decode_event names what it knows; anything else is ours
-                    raise InternalError(f"decoding failed: {type(exc).__name__}: {exc}") from None
-                if keyed:
-                    # A Kafka message without a key landed on a partition chosen at
-                    # random, so its run could be split across workers.
-                    if key is None:
-                        raise MissingKey("the message has no key; events must be keyed by their run_id")
-                    if key != ev.run_id.encode():
-                        raise KeyMismatch(f"message key {key[:200]!r} is not the event's run_id {ev.run_id[:200]!r}")
+            ev = value if isinstance(value, _Event) else _admit(key, value, keyed, max_event_bytes)
             run = ev.run_id
             before = get(run, _UNSEEN)
             if before is _UNSEEN:
                 before = load(run, position) if load is not None else None
             cfg = config if config_for is None else config_for(ev)
-            # Folding it: apply, and each decision encoded for the wire. A decision that
-            # cannot be encoded fails its event here, before its run's state moves on.
-            try:
+            try:  # a decision that cannot be encoded fails its event, before its run's state moves on
                 after, decisions = apply(before, ev, cfg, fleet if fleet_for is None else fleet_for(ev))
                 encoded = list(map(_encode, decisions)) if decisions and encode else []
-                if breakers is not None and type(ev) is ToolResult and after is not before:
-                    b = _failure(breakers, ev)
-                    if b is not None:
-                        fleet.put(b)  # type: ignore[union-attr]  # set above whenever breakers is
-                        if opened is not None:
-                            opened(b)
-                if spend is not None and after is not before:  # applied: a duplicate leaves the state as it was
-                    for signal in spend.observe(ev):
-                        fleet.put(signal)  # type: ignore[union-attr]  # set above whenever spend is
-                        if reached is not None:
-                            reached(signal)
+                if (breakers is not None or spend is not None) and after is not before:  # applied, not a duplicate
+                    _fleet_rules(ev, fleet, breakers, opened, spend, reached)  # type: ignore[arg-type]  # set above
             except EventError:
                 raise
             except Exception as exc:
@@ -189,6 +130,54 @@ def fold(
         else:
             states.pop(run, None)  # nothing to shadow: forget the run (memory stays bounded)
         yield Folded(position, key, ev, before, after, decisions, encoded)
+
+
+def _admit(key: bytes | None, value: bytes | None, keyed: bool, max_event_bytes: int) -> Event:
+    """A message's event, admitted as wire-format.md ("Bad input") says, in one order: a
+    value at all, its size, its decoding (with the shared limits), its key; an EventError
+    names why not."""
+    if value is None:
+        raise DecodeError("the message has no value (a tombstone on the events topic)")
+    if len(value) > max_event_bytes:
+        raise OversizeError(f"{len(value)} bytes > limit {max_event_bytes}")
+    try:
+        ev = decode_event(value)
+    except EventError:
+        if not value.strip():  # checked only here: a copy of every message costs
+            raise DecodeError("an empty message: no JSON value") from None
+        raise
+    except Exception as exc:  # decode_event names what it knows; anything else is ours
+        raise InternalError(f"decoding failed: {type(exc).__name__}: {exc}") from None
+    if keyed:
+        # A Kafka message without a key landed on a partition chosen at random, so its
+        # run could be split across workers.
+        if key is None:
+            raise MissingKey("the message has no key; events must be keyed by their run_id")
+        if key != ev.run_id.encode():
+            raise KeyMismatch(f"message key {key[:200]!r} is not the event's run_id {ev.run_id[:200]!r}")
+    return ev
+
+
+def _fleet_rules(
+    ev: Event,
+    fleet: FleetView,
+    breakers: ToolBreakerFold | None,
+    opened: Callable[[Breaker], None] | None,
+    spend: SpendFold | None,
+    reached: Callable[[SpendCapSignal], None] | None,
+) -> None:
+    """An applied event through the breaker's and the spend caps' rules, into `fleet`."""
+    if breakers is not None and type(ev) is ToolResult:
+        b = _failure(breakers, ev)
+        if b is not None:
+            fleet.put(b)
+            if opened is not None:
+                opened(b)
+    if spend is not None:
+        for signal in spend.observe(ev):
+            fleet.put(signal)
+            if reached is not None:
+                reached(signal)
 
 
 def failure_of(ev: ToolResult) -> tuple[str, str, int, str, str] | None:
