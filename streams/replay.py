@@ -56,33 +56,8 @@ def run_replay(
     """Fold every line of `src` and write the decisions to `dst` as JSONL. Calls are
     judged against `fleet_records` (stop orders) and the breakers and spend caps the
     input reaches (the spend cap records of `fleet_records` lift those)."""
-    report = ReplayReport()
-    progress = Progress("replaying", total_bytes, unit="bytes")
-    out: list[bytes] = []  # decisions' JSON not yet written
-    decided: list[Decision] = []  # their decisions, not yet counted
-
-    def set_aside(lineno: int, line: bytes, reason: str, detail: str) -> None:
-        detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
-        errors.write(f"line {lineno}: {reason}: {detail}\n")
-        if dead_letter is not None:
-            record = {"line": lineno, "error": reason, "detail": detail, "value": line.decode("utf-8", "replace")}
-            dead_letter.write(json.dumps(record, ensure_ascii=False).encode() + b"\n")
-
-    def flush() -> None:
-        if out:
-            dst.write(b"\n".join(out))
-            dst.write(b"\n")
-            out.clear()
-        report.decisions += len(decided)
-        report.actions.update(map(_ACTION, decided))
-        report.detectors.update(filter(None, map(_DETECTOR, decided)))
-        decided.clear()
-        if progress.shown:
-            try:
-                progress.update(src.tell())
-            except (OSError, ValueError):  # a pipe: no position to show
-                pass
-
+    w = _Written(src, dst, errors, dead_letter, Progress("replaying", total_bytes, unit="bytes"))
+    out, decided = w.out, w.decided
     # (line number, no key, the line): a source made of C iterators, as this loop runs
     # once per event. The worker's fold (detectors.ingest): a blank line is an empty
     # message, a bad event there; a file has no keys to check.
@@ -90,9 +65,14 @@ def run_replay(
     lineno = 0
     try:
         fleet, rule = offline_fleet(config, fleet_records)
-        spend = offline_spend(config)
         folds = fold(
-            lines, config, max_event_bytes=max_event_bytes, keyed=False, fleet=fleet, breakers=rule, spend=spend
+            lines,
+            config,
+            max_event_bytes=max_event_bytes,
+            keyed=False,
+            fleet=fleet,
+            breakers=rule,
+            spend=offline_spend(config),
         )
         for folded in folds:
             lineno = folded.position
@@ -101,21 +81,58 @@ def run_replay(
                 decided += folded.decisions
             else:
                 assert isinstance(folded, SetAside)
-                reason = folded.error.reason
-                if reason == "stale_seq":
-                    report.stale += 1
-                else:
-                    report.bad += 1
-                set_aside(lineno, folded.value or b"", reason, str(folded.error))
+                w.set_aside(lineno, folded)
             if not lineno & 8191:
-                flush()
+                w.flush()
     finally:
         # Whatever happened, what was decided is written out.
-        flush()
+        w.flush()
         dst.flush()
-        report.events = lineno
-        progress.close()
-    return report
+        w.report.events = lineno
+        w.progress.close()
+    return w.report
+
+
+class _Written:
+    """What a replay writes: the decisions (kept and written in chunks), the lines set
+    aside (named on `errors`, kept in `dead_letter`), the counts and the progress."""
+
+    def __init__(
+        self, src: IO[bytes], dst: IO[bytes], errors: TextIO, dead_letter: IO[bytes] | None, progress: Progress
+    ) -> None:
+        self.src, self.dst, self.errors, self.dead_letter, self.progress = src, dst, errors, dead_letter, progress
+        self.report = ReplayReport()
+        self.out: list[bytes] = []  # decisions' JSON not yet written
+        self.decided: list[Decision] = []  # their decisions, not yet counted
+
+    def set_aside(self, lineno: int, folded: SetAside) -> None:
+        reason = folded.error.reason
+        if reason == "stale_seq":
+            self.report.stale += 1
+        else:
+            self.report.bad += 1
+        detail = str(folded.error).encode("utf-8", "backslashreplace").decode("utf-8")
+        self.errors.write(f"line {lineno}: {reason}: {detail}\n")
+        if self.dead_letter is not None:
+            line = (folded.value or b"").decode("utf-8", "replace")
+            record = {"line": lineno, "error": reason, "detail": detail, "value": line}
+            self.dead_letter.write(json.dumps(record, ensure_ascii=False).encode() + b"\n")
+
+    def flush(self) -> None:
+        out, decided, report = self.out, self.decided, self.report
+        if out:
+            self.dst.write(b"\n".join(out))
+            self.dst.write(b"\n")
+            out.clear()
+        report.decisions += len(decided)
+        report.actions.update(map(_ACTION, decided))
+        report.detectors.update(filter(None, map(_DETECTOR, decided)))
+        decided.clear()
+        if self.progress.shown:
+            try:
+                self.progress.update(self.src.tell())
+            except (OSError, ValueError):  # a pipe: no position to show
+                pass
 
 
 def file_size(path: str) -> int | None:

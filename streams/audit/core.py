@@ -172,6 +172,43 @@ class _Run:
         self.in_range = False
 
 
+def source_of(chunk: list[Msg], runs: Any) -> tuple[Iterator[tuple[Msg, bytes | None, bytes | None]], int]:
+    """(message, key, value) of each event of the chunk, of the chosen `runs` only (all
+    when none are chosen), and how many."""
+    if not runs:
+        return zip(chunk, map(_KEY, chunk), map(_VALUE, chunk), strict=True), len(chunk)
+    chosen = [(m, m.key, m.value) for m in chunk if m.key is not None and m.key.decode("utf-8", "replace") in runs]
+    return iter(chosen), len(chosen)
+
+
+def pair_status(rec: Recorded | None, replayed: Decision | None) -> str:
+    """What a recorded and a replayed decision came to (equal: the same fingerprint,
+    `whole`); a recorded one is marked settled with it."""
+    if rec is None:
+        return "missing"
+    if rec.conflict:
+        status = "conflicting"
+    elif replayed is None:
+        status = "unexpected"
+    elif rec.whole == whole(replayed):
+        status = "matched"
+    else:
+        status = "mismatched"
+    rec.whole = 0  # a settled decision, held a while for late records, keeps none
+    rec.status = status
+    return status
+
+
+def count_replayed(tally: Tally, shadow: Shadow, fleet_counts: FleetCounts, ev: Event, d: Decision, mt: int) -> None:
+    """A replayed decision in the counts: flagged, shadow and budget, paused by a cap."""
+    if d.action != "allow":
+        tally.flagged(d, ev.ts if ev.ts is not None else mt)
+    if not d.enforced or d.detector == RUN_BUDGET:
+        shadow.decision(ev, d)
+    if d.detector == FLEET_SPEND_CAP and d.warning_key is not None:
+        fleet_counts.paused[d.warning_key[6:].rsplit(":", 1)[0]] += 1  # spend:{cap}:{kind}
+
+
 class Audit:
     """One audit, or one shard of one (`scope.owns`): folds some of the events topic's
     partitions, joins their decisions with those recorded, and counts."""
@@ -199,19 +236,13 @@ class Audit:
         self.diff = diff
         self.join = Join(window.grace_ms, scope, configs.by_hash.get)
         self.fleet_counts = FleetCounts()
-        self.signals: Signals | None = None
-        if fleet is not None and fleet.records:
-            self.signals = Signals(fleet, self.join.find, self.fleet_counts)
-        # Spend per cap and key is counted only when some config has caps (a check per event
-        # otherwise); known once the book is complete, with the first events.
-        self.spend_on = False
+        has = fleet is not None and bool(fleet.records)
+        self.signals = Signals(fleet, self.join.find, self.fleet_counts) if has else None  # type: ignore[arg-type]
+        self.spend_on = False  # some config has caps: known with the first events (`_fold_results`)
         self.replayer = Replayer(configs, self.join, max_event_bytes, self.signals)
         self.tally = Tally()
         self.what_if = WhatIf(what_if) if what_if is not None else None
-        # One result per event fed to the replayer: its fold's, or the what-if fold's
-        # over those (each carrying the first fold's result as its position). Started
-        # with the first events, once the book holds every config (`Replayer.start`).
-        self._results: Iterator[Any] | None = None
+        self._results: Iterator[Any] | None = None  # one result per event fed (`_fold_results`)
         self.timelines = Timelines(what_if is not None) if timelines else None
         self.shadow = Shadow(configs.get)
         self.open: dict[str, _Run] = {}
@@ -245,19 +276,12 @@ class Audit:
     # -- events -------------------------------------------------------------------------
 
     def events(self, chunk: list[Msg]) -> None:
-        """Fold a chunk of events, each partition's in offset order, and settle each one:
-        its recorded decision taken from the join and compared with the replayed one
-        (and the what-if one, from the what-if fold). The pairs are counted at the end
-        of the chunk, in bulk (`Tally.add`)."""
+        """Fold a chunk of events, each partition's in offset order, and settle each one
+        against its recorded decision (`_pair`); the pairs are counted at the end of the
+        chunk, in bulk (`Tally.add`)."""
         replayer = self.replayer
-        if self._results is None:
-            self.spend_on = any(c.spend_caps for c in self.configs.by_hash.values())
-            folded = replayer.start()
-            self._results = folded if self.what_if is None else self.what_if.fold(folded)
-        else:
-            replayer.check_book()
-        results = islice(self._results, replayer.feed(*self._source(chunk)))
-        what_if, signals, spend_on, fleet_counts = self.what_if, self.signals, self.spend_on, self.fleet_counts
+        results = islice(self._fold_results(), replayer.feed(*source_of(chunk, self.scope.runs)))
+        what_if, spend_on, fleet_counts = self.what_if, self.spend_on, self.fleet_counts
         settle, find, tally, runs = self.join.settle, self.join.find, self.tally, self.open
         run_configs, one_config, unknown = replayer.run_configs, replayer.one_config, replayer.unknown_configs
         pending = self.join.pending
@@ -284,8 +308,7 @@ class Audit:
             if gateways and ev.gateway_id not in gateways:
                 continue
             run = runs.get(run_id) or self._start(ev, m)
-            decisions = f.decisions
-            replayed = decisions[0] if decisions else None
+            replayed = f.decisions[0] if f.decisions else None
             if one_config:  # (`Join.find`, without a call)
                 p = pending.get(run_id)
                 rec = p.get(ev.seq) if p is not None else None
@@ -305,38 +328,7 @@ class Audit:
                 if watching and run_id in watching:
                     shadow.event(ev)  # after the run's first call that would have been stopped
                 if not run.partial and (replayed is not None or rec is not None):
-                    # Counted: what the recorded and replayed decisions came to (equal: the
-                    # same fingerprint, `whole`).
-                    if rec is None:
-                        status = "missing"
-                    else:
-                        if rec.conflict:
-                            status = "conflicting"
-                        elif replayed is None:
-                            status = "unexpected"
-                        elif rec.whole == whole(replayed):
-                            status = "matched"
-                        else:
-                            status = "mismatched"
-                        rec.whole = 0  # a settled decision, held a while for late records, keeps none
-                        rec.status = status
-                    statuses.append(status)
-                    if replayed is not None:
-                        counted.append(replayed)
-                        if replayed.action != "allow":
-                            tally.flagged(replayed, ev.ts if ev.ts is not None else mt)
-                        if not replayed.enforced or replayed.detector == RUN_BUDGET:
-                            shadow.decision(ev, replayed)
-                        if replayed.detector == FLEET_SPEND_CAP and replayed.warning_key is not None:
-                            fleet_counts.paused[replayed.warning_key[6:].rsplit(":", 1)[0]] += 1  # spend:{cap}:{kind}
-                    if status != "matched":
-                        recorded = rec.decision if rec is not None else None
-                        self._diff(status, f"{run_id}:{ev.seq}", run_id, recorded, replayed, None)
-                    if what_if is not None:
-                        changed = self._what_if(ev, rec, replayed, wi)
-                    if signals is not None:
-                        cfg = rec.config if rec is not None and rec.config is not None else replayer.config_of(run_id)
-                        signals.lag(ev, rec.decision if rec is not None else None, cfg.spend_caps)
+                    status, changed = self._pair(ev, mt, rec, replayed, wi, statuses, counted)
                 if timelines is not None:
                     timelines.add(ev, status, rec.decision if rec is not None else None, replayed, wi, changed)
             if after is None:
@@ -344,14 +336,43 @@ class Audit:
         tally.events += inside_n
         tally.add(statuses, counted)
 
-    def _source(self, chunk: list[Msg]) -> tuple[Iterator[tuple[Msg, bytes | None, bytes | None]], int]:
-        """(message, key, value) of each event of the chunk, of the chosen runs only, and
-        how many."""
-        runs = self.scope.runs
-        if not runs:
-            return zip(chunk, map(_KEY, chunk), map(_VALUE, chunk), strict=True), len(chunk)
-        chosen = [(m, m.key, m.value) for m in chunk if m.key is not None and m.key.decode("utf-8", "replace") in runs]
-        return iter(chosen), len(chosen)
+    def _fold_results(self) -> Iterator[Any]:
+        """One result per event fed to the replayer: its fold's, or the what-if fold's
+        over those (each carrying the first fold's result as its position); started with
+        the first events, once the book holds every config (`Replayer.start`)."""
+        if self._results is None:
+            self.spend_on = any(c.spend_caps for c in self.configs.by_hash.values())
+            folded = self.replayer.start()
+            self._results = folded if self.what_if is None else self.what_if.fold(folded)
+        else:
+            self.replayer.check_book()
+        return self._results
+
+    def _pair(
+        self,
+        ev: Event,
+        mt: int,
+        rec: Recorded | None,
+        replayed: Decision | None,
+        wi: Decision | None,
+        statuses: list[str],
+        counted: list[Decision],
+    ) -> tuple[str, bool]:
+        """Count a recorded and a replayed decision: (their status, whether the what-if
+        decision changes what was decided)."""
+        status = pair_status(rec, replayed)
+        statuses.append(status)
+        if replayed is not None:
+            counted.append(replayed)
+            count_replayed(self.tally, self.shadow, self.fleet_counts, ev, replayed, mt)
+        if status != "matched":
+            recorded = rec.decision if rec is not None else None
+            self._diff(status, f"{ev.run_id}:{ev.seq}", ev.run_id, recorded, replayed, None)
+        changed = self._what_if(ev, rec, replayed, wi) if self.what_if is not None else False
+        if self.signals is not None:
+            cfg = rec.config if rec is not None and rec.config is not None else self.replayer.config_of(ev.run_id)
+            self.signals.lag(ev, rec.decision if rec is not None else None, cfg.spend_caps)
+        return status, changed
 
     def _start(self, ev: Event, m: Msg) -> _Run:
         """A run's first event read: its start if it came after the run's end, on a

@@ -357,13 +357,7 @@ def _chart(points: list[Any]) -> str:
         )
     parsed.sort()
     first, last = parsed[0][0], parsed[-1][0]
-    span = (last - first) // 60 + 1
-    step = max(1, math.ceil(span / CHART_MAX_BARS))  # minutes per bar
-    bars = [[0, 0, 0] for _ in range(math.ceil(span / step))]
-    for t, *counts in parsed:
-        bucket = bars[(t - first) // 60 // step]
-        for i, n in enumerate(counts):
-            bucket[i] += n
+    step, bars = _bars(parsed, first, last)
     top = _nice(max(sum(b) for b in bars))
     width, height, left, right, top_pad, bottom = 960, 240, 44, 8, 10, 26
     pw, ph = width - left - right, height - top_pad - bottom
@@ -396,12 +390,7 @@ def _chart(points: list[Any]) -> str:
                     f'height="{h:.2f}"/>'
                 )
         out.append(f"<g><title>{label} UTC (+{step} min): {w} warn, {b} block, {a} abort</title>{''.join(rects)}</g>")
-    for k in range(6):
-        i = round(k * (len(bars) - 1) / 5) if len(bars) > 1 else 0
-        label = datetime.fromtimestamp(first + i * step * 60, UTC).strftime(fmt)
-        anchor = "start" if k == 0 else "end" if k == 5 else "middle"
-        x = left if k == 0 else width - right if k == 5 else left + (i + 0.5) * bw
-        out.append(f'<text x="{x:.1f}" y="{height - 8}" text-anchor="{anchor}">{label}</text>')
+    out += _time_labels(len(bars), first, step, fmt, left, width - right, bw, height - 8)
     out.append("</svg>")
     start = datetime.fromtimestamp(first, UTC).strftime("%Y-%m-%d %H:%M")
     end = datetime.fromtimestamp(last, UTC).strftime("%Y-%m-%d %H:%M")
@@ -411,6 +400,30 @@ def _chart(points: list[Any]) -> str:
         f"{len(parsed)} minutes with any of them.{note}</p>"
     )
     return f'<section id="per-minute"><h2>Warnings, blocks and aborts per minute</h2>{"".join(out)}{legend}</section>'
+
+
+def _time_labels(n: int, first: int, step: int, fmt: str, left: int, right: int, bw: float, y: int) -> list[str]:
+    """Six times along the chart's axis, the first and the last at its ends."""
+    out = []
+    for k in range(6):
+        i = round(k * (n - 1) / 5) if n > 1 else 0
+        label = datetime.fromtimestamp(first + i * step * 60, UTC).strftime(fmt)
+        anchor = "start" if k == 0 else "end" if k == 5 else "middle"
+        x = left if k == 0 else right if k == 5 else left + (i + 0.5) * bw
+        out.append(f'<text x="{x:.1f}" y="{y}" text-anchor="{anchor}">{label}</text>')
+    return out
+
+
+def _bars(parsed: list[tuple[int, int, int, int]], first: int, last: int) -> tuple[int, list[list[int]]]:
+    """(minutes per bar, each bar's warn, block and abort): at most CHART_MAX_BARS."""
+    span = (last - first) // 60 + 1
+    step = max(1, math.ceil(span / CHART_MAX_BARS))
+    bars = [[0, 0, 0] for _ in range(math.ceil(span / step))]
+    for t, *counts in parsed:
+        bucket = bars[(t - first) // 60 // step]
+        for i, n in enumerate(counts):
+            bucket[i] += n
+    return step, bars
 
 
 def _nice(n: int) -> int:

@@ -557,52 +557,17 @@ def make_keystore(
         "keyEncipherment\nextendedKeyUsage=serverAuth\n"
     )
     _openssl(
-        "req",
-        "-new",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        str(key),
-        "-out",
-        str(csr),
-        "-subj",
-        f"/CN={hosts[0]}",
+        *"req -new -newkey rsa:2048 -nodes -keyout".split(), str(key), "-out", str(csr), "-subj", f"/CN={hosts[0]}"
     )
+    serial = str(int.from_bytes(os.urandom(8), "big"))
     _openssl(
-        "x509",
-        "-req",
-        "-in",
-        str(csr),
-        "-CA",
-        str(ca_cert),
-        "-CAkey",
-        str(ca_key),
-        "-set_serial",
-        str(int.from_bytes(os.urandom(8), "big")),
-        "-days",
-        str(days),
-        "-extfile",
-        str(ext),
-        "-out",
-        str(cert),
+        *("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key), "-set_serial", serial),
+        *("-days", str(days), "-extfile", str(ext), "-out", str(cert)),
     )
     store = folder / "broker.p12"
     _openssl(
-        "pkcs12",
-        "-export",
-        "-inkey",
-        str(key),
-        "-in",
-        str(cert),
-        "-certfile",
-        str(ca_cert),
-        "-name",
-        "broker",
-        "-out",
-        str(store),
-        "-passout",
-        "env:LOOPWARDEN_KEYSTORE_PASSWORD",
+        *("pkcs12", "-export", "-inkey", str(key), "-in", str(cert), "-certfile", str(ca_cert), "-name", "broker"),
+        *("-out", str(store), "-passout", "env:LOOPWARDEN_KEYSTORE_PASSWORD"),
         env={"LOOPWARDEN_KEYSTORE_PASSWORD": password},
     )
     return store

@@ -20,7 +20,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -331,19 +331,7 @@ class TopState:
                 "per_minute": round(sum(reasons.values()), 2),
                 "per_minute_by_reason": dict(sorted(reasons.items())),
             }
-        workers = []
-        for url, w in sorted(self.workers.items()):
-            lags = w["lags"]
-            workers.append(
-                {
-                    "url": url,
-                    "reachable": lags is not None,
-                    "lag": sum(lags.values()) if lags is not None else None,
-                    "partitions": {str(p): n for p, n in sorted(lags.items())} if lags is not None else None,
-                    "error": w["error"],
-                    "age_s": round(max(0.0, now - w["at"]), 1),
-                }
-            )
+        workers = [_worker_row(url, w, now) for url, w in sorted(self.workers.items())]
         runs = self.looping(now)
         shadow_rates = {a: round(minute["shadow", a] * scale, 2) for a in FLAGGED}
         return {
@@ -366,6 +354,19 @@ class TopState:
 
 
 # --- pure helpers ------------------------------------------------------------------------
+
+
+def _worker_row(url: str, w: dict[str, Any], now: float) -> dict[str, Any]:
+    """One worker's line of a snapshot: its lag by partition, or why it is not known."""
+    lags = w["lags"]
+    return {
+        "url": url,
+        "reachable": lags is not None,
+        "lag": sum(lags.values()) if lags is not None else None,
+        "partitions": {str(p): n for p, n in sorted(lags.items())} if lags is not None else None,
+        "error": w["error"],
+        "age_s": round(max(0.0, now - w["at"]), 1),
+    }
 
 
 def parse_lags(text: str) -> dict[int, int]:
@@ -554,6 +555,28 @@ async def show(
     def done() -> bool:
         return stop.is_set() or (deadline is not None and time.monotonic() >= deadline)
 
+    read_for = _reader(top, done)
+    snap: dict[str, Any] = {}
+    try:
+        if mode == "live":
+            snap = await _live(top, done, read_for, refresh_s, screen, console)
+        else:
+            while True:
+                await read_for(refresh_s)
+                snap = top.snapshot()
+                line = json.dumps(snap, separators=(",", ":")) if mode == "jsonl" else plain_line(snap)
+                print(line, flush=True)
+                if done():
+                    break
+    finally:
+        if scraper:
+            scraper.cancel()
+    return snap
+
+
+def _reader(top: Top, done: Callable[[], bool]) -> Callable[[float], Awaitable[None]]:
+    """`read_for(span)`: read what comes for `span` seconds, until `done()`; while the
+    topic is not there, it is looked for every 2 s."""
     next_try = 0.0
 
     async def read_for(span: float) -> None:
@@ -571,22 +594,7 @@ async def show(
                     pass
             await top.poll(min(0.25, left))
 
-    snap: dict[str, Any] = {}
-    try:
-        if mode == "live":
-            snap = await _live(top, done, read_for, refresh_s, screen, console)
-        else:
-            while True:
-                await read_for(refresh_s)
-                snap = top.snapshot()
-                line = json.dumps(snap, separators=(",", ":")) if mode == "jsonl" else plain_line(snap)
-                print(line, flush=True)
-                if done():
-                    break
-    finally:
-        if scraper:
-            scraper.cancel()
-    return snap
+    return read_for
 
 
 async def _live(top: Top, done: Any, read_for: Any, refresh_s: float, screen: bool, console: Any) -> dict[str, Any]:

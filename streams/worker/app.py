@@ -204,7 +204,7 @@ def _install_loop(
     metrics: Metrics,
     inbox: list[Any],
 ) -> None:
-    """The agent, the batch loop as a service, and the worker's periodic chores."""
+    """The agent and the batch loop as a service (and the chores)."""
     events = app.topic(settings.events_topic, partitions=settings.partitions, **RAW)
 
     @app.service
@@ -240,6 +240,12 @@ def _install_loop(
             elif put(event):  # far more than a batch waits: until the fold loop takes one
                 await batches.room()
             batches.receiving = False
+
+    _install_chores(app, settings, runs, batches, metrics)
+
+
+def _install_chores(app: faust.App, settings: WorkerSettings, runs: Any, batches: BatchLoop, metrics: Metrics) -> None:
+    """The worker's periodic chores: its memory settled, its lag reported, /metrics."""
 
     @app.task
     async def settle_memory() -> None:

@@ -200,9 +200,7 @@ class BatchLoop(Service):
         self._turn = asyncio.Lock()  # one batch handled at a time: the fold loop's, or the agent's lone event
         self._waiting: list[Any] = []  # events passed on, not folded yet
         self._arrivals: list[float] = []  # with a trace: when each waiting event was passed on
-        self._arrived = asyncio.Event()
-        self._full = asyncio.Event()
-        self._room = asyncio.Event()
+        self._arrived, self._full, self._room = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._room.set()
         # Health (health.py reads these).
         self.failed: BaseException | None = None  # output could not be published: the worker stops
@@ -268,8 +266,7 @@ class BatchLoop(Service):
             self._arrived.set()
 
     async def on_start(self) -> None:
-        await self.publisher.start()
-        await self.parts.states.start()
+        await self.parts.start()
 
     async def on_stop(self) -> None:
         self._room.set()  # an agent waiting for room must not hold the stop up
@@ -279,15 +276,7 @@ class BatchLoop(Service):
             # After a failure nothing more is stored or acknowledged: what was folded
             # since the last flush is replayed by the partitions' next owner.
         finally:
-            for producer in (self.publisher, self.parts.states):
-                try:  # a producer that cannot reach its broker would wait for it forever
-                    await asyncio.wait_for(producer.stop(), 5.0)
-                except Exception as exc:
-                    log.warning("a producer did not stop cleanly: %r", exc)
-            await self.parts.recovery.stop()
-            await self.parts.starts.close()
-            if self.trace is not None:
-                self.trace.close()
+            await self.parts.close()
 
     @Service.task
     async def _sweep_idle_runs(self) -> None:

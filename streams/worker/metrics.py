@@ -46,7 +46,13 @@ class Metrics:
             "Runs dropped from the table for being idle past twice runIdleTimeoutMs (event time)",
         )
         self.runs = gauge("loopwarden_active_runs", "Runs with state in this worker's table")
-        # Events lost between Faust's consumer and the agent (delivery.py)
+        self._delivery()
+        self._run_states()
+        self._fleet()
+
+    def _delivery(self) -> None:
+        """Events lost between Faust's consumer and the agent (delivery.py)."""
+        counter = self._counter
         self.rereads = counter(
             "loopwarden_partitions_reread",
             "Times an events partition was read again: events were fetched but never reached the agent (delivery.py)",
@@ -62,7 +68,10 @@ class Metrics:
             "Holes whose events could not be read from the broker: those events went unanswered (delivery.py)",
             "partition",
         )
-        # Run states: the changelog and the partitions taken over
+
+    def _run_states(self) -> None:
+        """Run states: the changelog and the partitions taken over."""
+        counter = self._counter
         self.flushes = counter("loopwarden_state_flushes", "Writes of the touched run states to the changelog")
         self.flushed_states = counter("loopwarden_state_records", "Run-state records written to the changelog")
         self.partitions_loaded = counter(
@@ -75,7 +84,10 @@ class Metrics:
         self.states_loaded = counter(
             "loopwarden_states_loaded", "Run states read from the changelog when taking partitions over"
         )
-        # The fleet (semantics.md section 9)
+
+    def _fleet(self) -> None:
+        """The fleet (semantics.md sections 9 and 11)."""
+        counter, gauge = self._counter, self._gauge
         self.fleet_records = gauge("loopwarden_fleet_signals", "Stop orders and breakers received from the fleet topic")
         self.fleet_taken = gauge(
             "loopwarden_fleet_records_read", "Records taken in from the fleet topic (a lift counts)"

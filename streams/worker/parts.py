@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +19,8 @@ from .settings import WorkerSettings
 from .tracing import Tracer
 from .tracing import from_env as tracer_from_env
 
+log = logging.getLogger("loopwarden.worker")
+
 
 @dataclass(frozen=True)
 class LoopParts:
@@ -28,6 +32,22 @@ class LoopParts:
     holes: Holes  # events lost on their way to the agent (the agent checks each)
     starts: GroupStarts  # where the group starts a partition (Faust's group)
     trace: Tracer | None  # per-batch timings (tracing.py), off by default
+
+    async def start(self) -> None:
+        await self.publisher.start()
+        await self.states.start()
+
+    async def close(self) -> None:
+        """Stop what started; a producer that cannot reach its broker is given up on."""
+        for producer in (self.publisher, self.states):
+            try:  # it would wait for the broker forever
+                await asyncio.wait_for(producer.stop(), 5.0)
+            except Exception as exc:
+                log.warning("a producer did not stop cleanly: %r", exc)
+        await self.recovery.stop()
+        await self.starts.close()
+        if self.trace is not None:
+            self.trace.close()
 
 
 def build_parts(
