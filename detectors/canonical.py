@@ -124,24 +124,7 @@ def _js_string(s: str) -> str:
 
 
 def _exact(v: Any, out: list[str]) -> None:
-    if v is None:
-        out.append("null")
-    elif v is True:
-        out.append("true")
-    elif v is False:
-        out.append("false")
-    elif isinstance(v, str):
-        out.append(_js_string(v))
-    elif isinstance(v, int):
-        out.append(_js_int(v))
-    elif isinstance(v, float):
-        if math.isfinite(v):
-            out.append(js_number(v))
-        else:
-            out.append(_js_string("NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")))
-    elif isinstance(v, msgspec.Raw):
-        out.append(bytes(v).decode())
-    elif isinstance(v, dict):
+    if isinstance(v, dict):
         out.append("{")
         first = True
         for key in sorted(v, key=_utf16_key):
@@ -159,10 +142,30 @@ def _exact(v: Any, out: list[str]) -> None:
                 out.append(",")
             _exact(item, out)
         out.append("]")
-    elif v is msgspec.UNSET:
-        out.append("undefined")
     else:
-        raise TypeError(f"cannot canonicalize a {type(v).__name__}")
+        out.append(_exact_scalar(v))
+
+
+def _exact_scalar(v: Any) -> str:
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, str):
+        return _js_string(v)
+    if isinstance(v, int):
+        return _js_int(v)
+    if isinstance(v, float):
+        if math.isfinite(v):
+            return js_number(v)
+        return _js_string("NaN" if v != v else ("Infinity" if v > 0 else "-Infinity"))
+    if isinstance(v, msgspec.Raw):
+        return bytes(v).decode()
+    if v is msgspec.UNSET:
+        return "undefined"
+    raise TypeError(f"cannot canonicalize a {type(v).__name__}")
 
 
 def canon_exact(v: Any) -> bytes:

@@ -712,17 +712,17 @@ class DetectionConfig:
     """A loaded config: the resolved config of every listed agent, plus the global one."""
 
     __slots__ = (
-        "global_config",
         "_agents",
-        "_default",
-        "warnings",
-        "source",
-        "document",
-        "idle_timeout_ms",
         "_by_raw_id",
-        "tool_breaker",
+        "_default",
+        "document",
+        "global_config",
         "holdout_percent",
+        "idle_timeout_ms",
+        "source",
         "spend_caps",
+        "tool_breaker",
+        "warnings",
     )
 
     def __init__(self, doc: Any = None, source: str = "<config>") -> None:

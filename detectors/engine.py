@@ -195,10 +195,9 @@ def _verdict(
     detectors = cfg.call_detectors
     new = key not in keys
     if new:  # most calls: only detectors that need no repeat can fire
-        if history and history[-1].unknown_tool_name:
-            detectors = cfg.new_call_detectors
-        else:  # no unknown-tool streak either (with the defaults: no detector at all)
-            detectors = cfg.plain_call_detectors
+        # after an unknown-tool record, a streak may grow; else (with the defaults) no detector at all
+        unknown = bool(history) and bool(history[-1].unknown_tool_name)
+        detectors = cfg.new_call_detectors if unknown else cfg.plain_call_detectors
         if not detectors:
             return None
     scan = CallScan(history, tool, sig, poll, new)
@@ -339,7 +338,7 @@ def _policy(
     marks = state.budget_marks
     spent = exhausted(budgets, state.tokens, state.cost_micros, calls) if budgets is not None else None
     if spent is not None:  # abort, whatever V was (a V of abort was answered before)
-        kind, used, ceiling = spent
+        kind, used, _ = spent
         return _Said("abort", "critical", RUN_BUDGET, used, f"budget:{kind}", None, budget_abort_message(*spent)), marks
     if fleet is not None and fleet.spend and cfg.spend_caps:
         paused = fleet.spend_for(cfg.spend_caps, ev)
@@ -433,10 +432,8 @@ def _on_result(
             and (want_id is None or r.tool_call_id == want_id)
         ):
             filled = HistoryEntry(tool, sig, r.tool_call_id, rh, unknown, failed)
-            if i == last:  # the usual case: the result of the newest call
-                history = history[:i] + (filled,)
-            else:
-                history = history[:i] + (filled,) + history[i + 1 :]
+            # the usual case: the result of the newest call
+            history = history[:i] + (filled,) if i == last else history[:i] + (filled,) + history[i + 1 :]
             break
     else:
         history, keys = _append(
@@ -502,6 +499,17 @@ def _on_usage(state: RunState, ev: Usage, cfg: AgentConfig, ts: int | None) -> t
     ), (d,)
 
 
+def _duplicate(state: RunState, ev: Event, config: DetectionConfig) -> tuple[Decision, ...]:
+    """An event already applied (section 6): a tool_call is answered again with its
+    remembered decision; StaleSeqError when it is no longer remembered."""
+    if not isinstance(ev, ToolCall):
+        return _NO_DECISIONS
+    for a in reversed(remembered(state)):
+        if a.seq == ev.seq:
+            return (_answer_again(ev, a, config),)
+    raise StaleSeqError(f"stale tool_call: seq {ev.seq} <= last applied seq {state.last_seq} of run {ev.run_id!r}")
+
+
 def apply(
     state: RunState | None, ev: Event, config: DetectionConfig, fleet: FleetView | None = None
 ) -> tuple[RunState | None, tuple[Decision, ...]]:
@@ -521,14 +529,7 @@ def apply(
         # run is dropped as by run_end, and this event starts a new one (section 7).
         state = EMPTY
     if ev.seq <= state.last_seq:
-        if isinstance(ev, ToolCall):
-            for a in reversed(remembered(state)):
-                if a.seq == ev.seq:
-                    return state, (_answer_again(ev, a, config),)
-            raise StaleSeqError(
-                f"stale tool_call: seq {ev.seq} <= last applied seq {state.last_seq} of run {ev.run_id!r}"
-            )
-        return state, _NO_DECISIONS
+        return state, _duplicate(state, ev, config)
     kind = type(ev)  # (the event types have no subclasses; `is` is cheaper than isinstance)
     if kind is ToolCall:
         return _on_call(state, ev, config.for_agent(ev.agent_id), ts, fleet)  # type: ignore[arg-type]

@@ -229,20 +229,25 @@ def outcome(tool_name: str, params: Any, result: Any, error: Any) -> tuple[str |
     if details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
         return None, None
     if tool_name in _SPECIAL_OUTCOMES:
-        if tool_name == "exec":
-            h = _exec_outcome(details, text)
-            if h is not None:
-                return h, None
-        if tool_name == "process" and isinstance(params, dict):
-            action = params.get("action")
-            if action in _POLL_ACTIONS:
-                return _process_outcome(action, details, text), None
-    if tool_name in _SPECIAL_OUTCOMES:
-        if _is_send_like(tool_name, params):
-            return digest(_strip_volatile(details)), None
-        if tool_name == "update_plan":
-            return digest({"details": plan_shape(details), "text": ""}), None
+        h = _special_outcome(tool_name, params, details, text)
+        if h is not None:
+            return h, None
     return digest({"details": details, "text": text}), None
+
+
+def _special_outcome(tool_name: str, params: Any, details: dict[str, Any], text: str) -> str | None:
+    """The outcome digest of rules 6 to 8 and update_plan's (None: rule 9's applies)."""
+    if tool_name == "exec":
+        return _exec_outcome(details, text)
+    if tool_name == "process" and isinstance(params, dict):
+        action = params.get("action")
+        if action in _POLL_ACTIONS:
+            return _process_outcome(action, details, text)
+    if _is_send_like(tool_name, params):
+        return digest(_strip_volatile(details))
+    if tool_name == "update_plan":
+        return digest({"details": plan_shape(details), "text": ""})
+    return None
 
 
 # --- what the engine reads from an event, in either form --------------------------------
@@ -294,10 +299,10 @@ def result_facts(ev: ToolResult) -> tuple[str, str, str | None, str | None]:
 def fingerprint(ev: Any) -> Any:
     """The privacy form of an event: hashes instead of params, results and errors."""
     if isinstance(ev, ToolCall):
-        tool, sig, poll = call_facts(ev)
+        _, sig, poll = call_facts(ev)
         return msgspec.structs.replace(ev, params=UNSET, args_hash=sig, known_poll=poll)
     if isinstance(ev, ToolResult):
-        tool, sig, rh, unknown = result_facts(ev)
+        _, sig, rh, unknown = result_facts(ev)
         return msgspec.structs.replace(
             ev,
             params=UNSET,

@@ -185,7 +185,7 @@ class FleetView:
     undo a lift, and a lift read before the cap is reached (offline: `lift`, from
     `replay --fleet FILE`) still ends the signal when the input reaches it."""
 
-    __slots__ = ("orders", "breakers", "spend", "_by_target", "_lifts")
+    __slots__ = ("_by_target", "_lifts", "breakers", "orders", "spend")
 
     def __init__(self, records: Any = ()) -> None:
         self.orders: dict[str, StopOrder] = {}
@@ -307,7 +307,7 @@ class ToolBreakerFold:
     newest one seen for its (tool, outcome) is also judged at that newest time, as if it
     had arrived in event order; offline the input order is the event order, exactly."""
 
-    __slots__ = ("config", "recheck_late", "_failures", "_newest", "_last_end", "_open")
+    __slots__ = ("_failures", "_last_end", "_newest", "_open", "config", "recheck_late")
 
     def __init__(self, config: ToolBreakerConfig, recheck_late: bool = False) -> None:
         self.config = config

@@ -200,7 +200,7 @@ class SpendFold:
     For that, gateways' clocks would have to disagree by KEPT_WINDOWS windows; short of
     that the rule is exact."""
 
-    __slots__ = ("caps", "_by_id", "_counts", "_floor")
+    __slots__ = ("_by_id", "_counts", "_floor", "caps")
 
     def __init__(self, caps: tuple[SpendCapConfig, ...]) -> None:
         self.caps = caps

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections import Counter
@@ -129,10 +130,8 @@ class _Written:
         report.detectors.update(filter(None, map(_DETECTOR, decided)))
         decided.clear()
         if self.progress.shown:
-            try:
+            with contextlib.suppress(OSError, ValueError):  # a pipe: no position to show
                 self.progress.update(self.src.tell())
-            except (OSError, ValueError):  # a pipe: no position to show
-                pass
 
 
 def file_size(path: str) -> int | None:

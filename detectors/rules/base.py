@@ -49,15 +49,15 @@ class CallScan:
 
     __slots__ = (
         "history",
-        "tool",
-        "sig",
         "known_poll",
-        "seen",
-        "unknown_streak",
-        "missing",
-        "repeats",
-        "no_progress",
         "latest",
+        "missing",
+        "no_progress",
+        "repeats",
+        "seen",
+        "sig",
+        "tool",
+        "unknown_streak",
     )
 
     def __init__(
@@ -128,7 +128,7 @@ class Verdict:
     """A detector that fired. `level` "critical" blocks a call (aborts on a result);
     "warning" warns, subject to warning suppression."""
 
-    __slots__ = ("level", "detector", "count", "warning_key", "paired_tool_name")
+    __slots__ = ("count", "detector", "level", "paired_tool_name", "warning_key")
 
     def __init__(
         self,

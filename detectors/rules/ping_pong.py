@@ -33,30 +33,27 @@ def alternation(history: tuple[HistoryEntry, ...], sig: str) -> tuple[int, str |
         tail += 1
     if tail < 2:
         return 0, None, None, False
-    # Evidence: every entry of the tail has an outcome, one per side.
+    return tail + 1, last.tool_name, a, no_progress(history[n - tail :], a)
+
+
+def no_progress(tail: tuple[HistoryEntry, ...], a: str) -> bool:
+    """Rule 5's evidence over the alternating tail: every record has an outcome, one per
+    side (`a`'s signature, and the other's)."""
     ha = hb = None
-    evidence = True
-    for i in range(n - tail, n):
-        r = history[i]
+    for r in tail:
         rh = r.result_hash
         if not rh:
-            evidence = False
-            break
+            return False
         if r.args_hash == a:
             if ha is None:
                 ha = rh
             elif ha != rh:
-                evidence = False
-                break
-        else:
-            if hb is None:
-                hb = rh
-            elif hb != rh:
-                evidence = False
-                break
-    if ha is None or hb is None:
-        evidence = False
-    return tail + 1, last.tool_name, a, evidence
+                return False
+        elif hb is None:
+            hb = rh
+        elif hb != rh:
+            return False
+    return ha is not None and hb is not None
 
 
 class PingPong(Detector[CallScan]):

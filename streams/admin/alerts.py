@@ -14,6 +14,7 @@ dead webhook delays alerts, never decisions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sys
@@ -87,10 +88,8 @@ async def deliver(
         except OSError as exc:  # refused, reset, timed out
             why = f"{type(exc).__name__}: {exc}"
         say(f"try {tries} failed ({why}); again in {pause:g} s")
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stopping.wait(), pause)
-        except TimeoutError:
-            pass
         pause = min(pause * 2, max_backoff_s)
     return False
 

@@ -6,6 +6,8 @@ cluster needs no extra step), and by the tests' and benchmarks' setups.
 
 from __future__ import annotations
 
+import contextlib
+
 from ..kafka.settings import Settings
 
 
@@ -50,9 +52,7 @@ async def create_topics(s: Settings) -> list[str]:
         existing = set(await admin.list_topics())
         todo = [NewTopic(n, p, s.replication, topic_configs=c) for n, p, c in specs if n not in existing]
         if todo:
-            try:
+            with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(todo)
-            except TopicAlreadyExistsError:
-                pass
             created = [t.name for t in todo]
     return created

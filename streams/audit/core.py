@@ -165,7 +165,7 @@ class Replayer:
 class _Run:
     """What the audit keeps of an open run."""
 
-    __slots__ = ("partial", "in_range")
+    __slots__ = ("in_range", "partial")
 
     def __init__(self, partial: bool) -> None:
         self.partial = partial
@@ -275,7 +275,7 @@ class Audit:
 
     # -- events -------------------------------------------------------------------------
 
-    def events(self, chunk: list[Msg]) -> None:
+    def events(self, chunk: list[Msg]) -> None:  # noqa: C901 (the per-event loop, in one function: benchmarks.audit)
         """Fold a chunk of events, each partition's in offset order, and settle each one
         against its recorded decision (`_pair`); the pairs are counted at the end of the
         chunk, in bulk (`Tally.add`)."""

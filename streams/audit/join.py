@@ -170,7 +170,7 @@ class Join:
         p = self.pending.get(run_id)
         return p.get(seq) if p is not None else None
 
-    def offer(self, m: Msg) -> Recorded | None:
+    def offer(self, m: Msg) -> Recorded | None:  # noqa: C901 (per recorded decision, in one function: benchmarks.audit)
         """A record of the decisions topic. Returns the recorded decision it turns into
         a conflict after it was counted as matched or mismatched (to be counted again),
         else None."""

@@ -60,7 +60,7 @@ def diff_line(
 
 
 class _Timeline:
-    __slots__ = ("entries", "truncated", "flags", "gateway", "agent", "partial")
+    __slots__ = ("agent", "entries", "flags", "gateway", "partial", "truncated")
 
     def __init__(self, length: int, gateway: str, agent: str | None, partial: bool) -> None:
         self.entries: deque[dict[str, Any]] = deque(maxlen=length)

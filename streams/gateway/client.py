@@ -37,6 +37,7 @@ not vouch for (made and translated in streams/kafka/clients.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -159,10 +160,8 @@ class GatewayClient:
     async def __aexit__(self, *exc: Any) -> None:
         if self._reader:
             self._reader.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reader
-            except (asyncio.CancelledError, Exception):
-                pass
         for fut in self._waiting.values():
             if not fut.done():
                 fut.cancel()

@@ -54,7 +54,7 @@ class Runtime:
     tuples: the hook imports this module on every tool call, and those cost it
     milliseconds.)"""
 
-    __slots__ = ("name", "events", "stops_on_call", "context_on_call", "call_event")
+    __slots__ = ("call_event", "context_on_call", "events", "name", "stops_on_call")
 
     def __init__(
         self, name: str, events: dict[str, str], stops_on_call: bool, context_on_call: bool, call_event: str
@@ -100,18 +100,18 @@ class Hook:
     `failed`; cwd and transcript_path are None when the runtime gave none."""
 
     __slots__ = (
-        "runtime",
-        "event",
-        "kind",
-        "session_id",
         "cwd",
-        "transcript_path",
-        "tool_name",
-        "params",
-        "tool_use_id",
-        "result",
         "error",
+        "event",
         "failed",
+        "kind",
+        "params",
+        "result",
+        "runtime",
+        "session_id",
+        "tool_name",
+        "tool_use_id",
+        "transcript_path",
     )
 
     def __init__(
@@ -148,7 +148,7 @@ def endpoint(runtime: str, event: str) -> tuple[Runtime, str]:
 def parse(runtime: str, event: str, body: bytes, max_bytes: int = MAX_INPUT_BYTES) -> Hook:
     """A hook's JSON input read as a Hook. Raises BadInput, naming the cause, for input
     that is too large, not a JSON object, or lacks the session or the tool name."""
-    rt, kind = endpoint(runtime, event)
+    _rt, kind = endpoint(runtime, event)
     what = f"the {runtime} {event} hook's input"
     if len(body) > max_bytes:
         raise BadInput(f"{what} is {len(body)} bytes, over loopwarden's limit of {max_bytes} bytes")

@@ -557,7 +557,8 @@ def make_keystore(
         "keyEncipherment\nextendedKeyUsage=serverAuth\n"
     )
     _openssl(
-        *"req -new -newkey rsa:2048 -nodes -keyout".split(), str(key), "-out", str(csr), "-subj", f"/CN={hosts[0]}"
+        *("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr)),
+        *("-subj", f"/CN={hosts[0]}"),
     )
     serial = str(int.from_bytes(os.urandom(8), "big"))
     _openssl(

@@ -233,10 +233,7 @@ async def simulate(
         rng = random.Random(seed * 1000003 + g * 1009 + s)
         n = 0
         while time.monotonic() < deadline:
-            if rng.random() < loop_share:
-                kind = kinds[(n + s) % len(kinds)]
-            else:
-                kind = normals[(n + g) % len(normals)]
+            kind = kinds[(n + s) % len(kinds)] if rng.random() < loop_share else normals[(n + g) % len(normals)]
             run_id = f"sim-{seed}-g{g}-s{s}-r{n}"
             await Agent(client, run_id, kind, rng, think, report, on_decision, usage).run()
             n += 1

@@ -13,6 +13,7 @@ Three layers, kept apart so that the first two need no broker:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import signal
@@ -221,7 +222,7 @@ class TopState:
         self.workers[url] = {"lags": lags, "at": at, "error": error}
 
     def _bucket(self, ts: float) -> Counter[tuple[str, ...]]:
-        k = int(math.floor(ts))
+        k = math.floor(ts)
         b = self._buckets.get(k)
         if b is None:
             b = self._buckets[k] = Counter()
@@ -588,10 +589,8 @@ def _reader(top: Top, done: Callable[[], bool]) -> Callable[[float], Awaitable[N
                 return
             if not top.assigned and time.monotonic() >= next_try:  # the topic did not exist yet
                 next_try = time.monotonic() + 2.0
-                try:
+                with contextlib.suppress(Exception):
                     await top.assign()
-                except Exception:
-                    pass
             await top.poll(min(0.25, left))
 
     return read_for

@@ -111,6 +111,20 @@ def _cells(r: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def _shrink(widths: dict[str, int], over: int, floor: dict[str, int]) -> int:
+    """Too narrow: shrink run and tool alike, down to `floor`, while `over` > 0; what is
+    still over then."""
+    while over > 0:
+        keys = [k for k in ("run", "tool") if widths[k] > floor.get(k, widths[k])]
+        if not keys:
+            break
+        for k in keys:
+            if over > 0:
+                widths[k] -= 1
+                over -= 1
+    return over
+
+
 def run_columns(rows: list[dict[str, str]], width: int) -> list[tuple[Col, int]]:
     """The columns shown at `width` and their widths (one space between columns).
 
@@ -141,14 +155,7 @@ def run_columns(rows: list[dict[str, str]], width: int) -> list[tuple[Col, int]]
         shown = [c for c in cols if c.keep == 0]
         over = sum(widths[c.key] for c in shown) + len(shown) - 1 - width
         for floor in ({c.key: min(c.min, nat[c.key]) for c in cols}, {"tool": 4, "run": 4}):
-            while over > 0:  # too narrow even for that: shrink run and tool alike, to their minimums
-                keys = [k for k in ("run", "tool") if widths[k] > floor.get(k, widths[k])]
-                if not keys:
-                    break
-                for k in keys:
-                    if over > 0:
-                        widths[k] -= 1
-                        over -= 1
+            over = _shrink(widths, over, floor)
         used = sum(widths[c.key] for c in shown) + len(shown) - 1
         for c in sorted((c for c in cols if c.keep > 0), key=lambda c: c.keep):
             if c.key in skip or not any(r[c.key] for r in rows):

@@ -16,6 +16,7 @@ that hop). At most one batch's output is in flight, and one batch is handled at 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -316,10 +317,8 @@ class BatchLoop(Service):
                 # no latency, and it spreads the per-batch work (produce requests, futures)
                 # over more events. Caught up, a batch is folded at once.
                 self._full.clear()
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._full.wait(), self.linger)
-                except TimeoutError:
-                    pass
             async with self._turn:  # the agent may be handling a lone event
                 batch, arrivals = self._take()
                 if not batch:  # nothing left to fold
