@@ -7,13 +7,14 @@ sections 1 and 6). Only text that is not JSON5, or not an object, is a ConfigErr
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any
 
 import json5
 from msgspec import Struct
 
-from .canonical import digest
+from .canonical import canon_exact, digest
 from .errors import ConfigError
 from .rules import CALL_DETECTORS, RESULT_DETECTORS, SWITCHES, CallScan, Detector, GuardScan
 
@@ -798,6 +799,15 @@ class DetectionConfig:
         """The listed agents' effective configs, by normalised id (an audit maps the
         `config_hash` a decision carries back to the config that made it)."""
         return dict(self._agents)
+
+
+def document_id(doc: Any) -> str:
+    """A config document's id (the config topic names configs by it): `digest`
+    (semantics.md section 2) of the parsed document, so formatting, comments, key order
+    and JSON5 syntax do not change it. The exact canonical form is used: a parsed
+    document's floats are Python floats, which the wire fast path of `canon` would spell
+    as Python does (`1.0`), not as JavaScript does (`1`)."""
+    return hashlib.sha256(canon_exact(doc)).hexdigest()
 
 
 def parse_document(text: str | bytes, source: str = "<config>") -> Any:

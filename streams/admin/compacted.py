@@ -42,7 +42,8 @@ def _adder(topic: str, ledger: Ledger) -> Callable[[list[Any]], None]:
 async def read_whole(settings: Settings, topic: str, ledger: Ledger, timeout: float = READ_TIMEOUT_S) -> None:
     """Every record of `topic` (partition 0) up to its end offset at the time of the
     call, into `ledger`. A topic that does not exist leaves the ledger as it is."""
-    r = await ranges.read_records(settings, topic, _adder(topic, ledger), partitions=[0], timeout=timeout)
+    add = _adder(topic, ledger)
+    r = await ranges.read_records(settings, topic, add, partitions=[0], timeout=timeout)
     # Compaction leaves gaps, and the last offsets may be transaction markers or removed
     # records: where the read ended is where the ledger goes on from.
     for at in r.position.values():

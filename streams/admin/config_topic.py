@@ -32,16 +32,13 @@ has kept:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from detectors import ConfigError, DetectionConfig, load_config
-from detectors.canonical import canon_exact
-from detectors.config import parse_document
+from detectors.config import document_id, parse_document
 
 from ..kafka.settings import Settings
 from . import compacted
@@ -54,18 +51,9 @@ SOURCE_HEADER = "loopwarden.source"
 
 
 def config_id(text: bytes) -> str:
-    """A config's id (`document_id` of its parsed document). Raises ConfigError for text
-    that is not JSON5."""
+    """A config's id (`detectors.config.document_id` of its parsed document). Raises
+    ConfigError for text that is not JSON5."""
     return document_id(parse_document(text))
-
-
-def document_id(doc: Any) -> str:
-    """A config document's id: `digest` (semantics.md section 2) of the parsed document,
-    so formatting, comments, key order and JSON5 syntax do not change it. The exact
-    canonical form is used: a parsed document's floats are Python floats, which the
-    wire fast path of `detectors.canonical.canon` would spell as Python does (`1.0`),
-    not as JavaScript does (`1`)."""
-    return hashlib.sha256(canon_exact(doc)).hexdigest()
 
 
 @dataclass

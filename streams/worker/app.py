@@ -17,8 +17,9 @@ from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from detectors import DetectionConfig
+from detectors.config import document_id
 
-from ..admin.config_topic import ConfigHistory, document_id
+from ..admin.config_topic import ConfigHistory
 from ..admin.fleet_topic import FleetLedger, read_fleet
 from ..kafka import faust_compat
 from ..kafka.settings import read_detection_config
