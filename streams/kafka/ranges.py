@@ -243,15 +243,23 @@ async def read_records(
     partitions: Iterable[int] | None = None,
     timeout: float = 30.0,
     must_exist: bool = False,
+    progress: Callable[[Range], None] | None = None,
     **consumer_kwargs: Any,
 ) -> Range:
     """Every record of `topic`'s partitions from `start` up to the end offsets they have
-    now, handed to `on_records` chunk by chunk, in offset order per partition; the
-    closed Range (its positions: where each partition's read ended)."""
+    now, handed to `on_records` chunk by chunk, in offset order per partition (and the
+    range to `progress` after each chunk); the closed Range (its positions: where each
+    partition's read ended)."""
     r = await open_range(settings, **consumer_kwargs)
+
+    def take(records: list[Any]) -> None:
+        on_records(records)
+        if progress is not None:
+            progress(r)
+
     try:
         await r.add(topic, start, partitions=partitions, must_exist=must_exist)
-        await r.drain(timeout, on_records)
+        await r.drain(timeout, take)
     finally:
         await r.close()
     return r
@@ -270,7 +278,6 @@ async def read_latest(
     still to read as the read goes on."""
     wanted = list(partitions)
     out: dict[int, dict[bytes, bytes]] = {p: {} for p in wanted}
-    r = await open_range(settings, **consumer_kwargs)
 
     def take(records: list[Any]) -> None:
         for m in records:
@@ -279,12 +286,10 @@ async def read_latest(
                 live.pop(m.key, None)
             else:
                 live[m.key] = m.value
+
+    def told(r: Range) -> None:
         if left is not None:
             left(r.total - r.read)
 
-    try:
-        await r.add(topic, BEGINNING, partitions=wanted, must_exist=False)
-        await r.drain(timeout, take)
-    finally:
-        await r.close()
+    await read_records(settings, topic, take, BEGINNING, wanted, timeout, progress=told, **consumer_kwargs)
     return out

@@ -20,13 +20,16 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from detectors.errors import LoopwardenError
 from detectors.wire import Decision
+
+if TYPE_CHECKING:
+    from ..client import GatewayClient
 
 log = logging.getLogger("loopwarden.gateway")
 
@@ -41,6 +44,24 @@ class RunStopped(LoopwardenError):
         super().__init__(decision.message or f"loopwarden stopped run {decision.run_id!r} ({decision.action})")
         self.decision = decision
         self.run_id = decision.run_id
+
+
+class Guard:
+    """What every adapter holds: the client, the agent its events name, the callback
+    told each decision, and the price table of the model calls' cost."""
+
+    def __init__(
+        self,
+        client: GatewayClient,
+        *,
+        agent_id: str | None = None,
+        on_decision: Callable[[Decision], None] | None = None,
+        prices: Prices | Mapping[str, tuple[float, float]] | None = None,
+    ) -> None:
+        self.client = client
+        self.agent_id = agent_id
+        self.on_decision = on_decision
+        self.prices = prices if isinstance(prices, Prices) else Prices(prices)
 
 
 class Prices:

@@ -71,7 +71,7 @@ from detectors.errors import LoopwardenError
 from detectors.wire import Decision
 from streams.gateway.client import GatewayClient
 
-from . import Prices, RunStopped, as_result, stops_run, text_of, with_warning
+from . import Guard, Prices, RunStopped, as_result, stops_run, text_of, with_warning
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -84,7 +84,7 @@ class LoopwardenState(AgentState):
     loopwarden_run_id: NotRequired[Annotated[str, PrivateStateAttr]]
 
 
-class LoopwardenMiddleware(AgentMiddleware):
+class LoopwardenMiddleware(AgentMiddleware, Guard):
     """See the module docstring. `on_decision`, if given, is called with every decision
     (a degraded one included) before the adapter acts on it. `prices`: the price table
     of the model calls' cost (a `Prices` or the mapping it takes), None for cost 0."""
@@ -99,11 +99,8 @@ class LoopwardenMiddleware(AgentMiddleware):
         on_decision: Callable[[Decision], None] | None = None,
         prices: Prices | Mapping[str, tuple[float, float]] | None = None,
     ) -> None:
-        super().__init__()
-        self.client = client
-        self.agent_id = agent_id
-        self.on_decision = on_decision
-        self.prices = prices if isinstance(prices, Prices) else Prices(prices)
+        AgentMiddleware.__init__(self)
+        Guard.__init__(self, client, agent_id=agent_id, on_decision=on_decision, prices=prices)
         self._summaries: dict[str, set[str]] = {}  # run_id -> summary messages already reported
 
     @property

@@ -78,7 +78,7 @@ from detectors.errors import LoopwardenError
 from detectors.wire import Decision
 from streams.gateway.client import GatewayClient
 
-from . import Prices, RunStopped, as_result, params_of, stops_run, text_of, with_warning
+from . import Guard, Prices, RunStopped, as_result, params_of, stops_run, text_of, with_warning
 
 if TYPE_CHECKING:
     from agents import TResponseInputItem
@@ -86,7 +86,7 @@ if TYPE_CHECKING:
 _RUN: contextvars.ContextVar[str | None] = contextvars.ContextVar("loopwarden_run_id", default=None)
 
 
-class LoopwardenGuard:
+class LoopwardenGuard(Guard):
     """See the module docstring. `on_decision`, if given, is called with every decision
     (a degraded one included) before the guardrail acts on it. `prices`: the price table
     of the model calls' cost (a `Prices` or the mapping it takes), None for cost 0."""
@@ -99,10 +99,7 @@ class LoopwardenGuard:
         on_decision: Callable[[Decision], None] | None = None,
         prices: Prices | Mapping[str, tuple[float, float]] | None = None,
     ) -> None:
-        self.client = client
-        self.agent_id = agent_id
-        self.on_decision = on_decision
-        self.prices = prices if isinstance(prices, Prices) else Prices(prices)
+        super().__init__(client, agent_id=agent_id, on_decision=on_decision, prices=prices)
         self._warnings: dict[tuple[str, str], str] = {}  # (run_id, call_id) -> warning for the output
         self.input_guardrail = tool_input_guardrail(name="loopwarden")(self._before)
         self.output_guardrail = tool_output_guardrail(name="loopwarden")(self._after)
