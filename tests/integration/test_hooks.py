@@ -24,13 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.hooks import HOOK, SidecarProcess
 from detectors import replay
 from detectors.config import load_config
 from detectors.fingerprint import normalize_tool_name
 from detectors.wire import RunEnd, ToolCall, decode_event, encode
 from streams.hooks import fast
 from streams.hooks.runtimes import RUNTIMES, answer
+from streams.tools.harness import HOOK, SidecarProcess
 from tests.integration.harness import consume, fresh_worker
 from tests.unit.test_hooks_payloads import PAYLOADS
 
