@@ -22,13 +22,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from benchmarks.hooks import HOOK, SidecarProcess
 from detectors.config import load_config
 from detectors.fleet import SpendCapSignal, encode_fleet_record
 from detectors.policy import spend_cap_message
 from detectors.wire import ToolCall
 from streams.hooks import fast
 from streams.hooks.runtimes import PAUSE, RUNTIMES, answer
+from streams.tools.harness import HOOK, SidecarProcess
 from tests.integration.harness import fresh_worker, produce, wait_until
 from tests.integration.test_hooks import RESULT_EVENT, published, run_hook, session_events
 from tests.unit.test_hooks_payloads import PAYLOADS
