@@ -1,7 +1,8 @@
 """Real-broker helpers for the integration tests, on the harness they share with the
 benchmarks (streams/tools/harness.py): worker processes (the one way a test starts one:
 `launch_worker`, behind conftest.py's `start_worker` fixture), the test topics under a
-prefix of their own and their deletion, produce, consume, waiting for a state."""
+prefix of their own and their deletion, produce, consume, read to the end offsets, wait
+for a group's commits or a state."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from aiokafka.errors import KafkaError
 
 from detectors.errors import LoopwardenError
 from streams.tools.harness import (
+    Send,
     WorkerProcess,
     committed,
     consume,
@@ -25,12 +27,15 @@ from streams.tools.harness import (
     read_all,
     setup_topics,
     topic_settings,
+    wait_assigned,
+    wait_committed,
     wait_until,
 )
 from streams.tools.launch import command
 from tests.events import distinct
 
 __all__ = [
+    "Send",
     "WorkerProcess",
     "audit",
     "committed",
@@ -46,6 +51,8 @@ __all__ = [
     "read_all",
     "setup_topics",
     "topic_settings",
+    "wait_assigned",
+    "wait_committed",
     "wait_until",
 ]
 

@@ -13,6 +13,7 @@ import pytest
 from detectors import DetectionConfig, decode_event, encode, replay
 from streams.tools.trace import CONFIG, generate
 from tests.integration.harness import (
+    Send,
     audit,
     consume,
     event_records,
@@ -202,8 +203,8 @@ def test_a_run_keyed_off_its_partition_makes_a_sharded_audit_start_again_in_one_
     moved = evs[0]["run_id"]
     elsewhere = (partition_for(moved.encode(), t.partitions) + 1) % t.partitions
     topic = t.events_topic
-    records = [(topic, e["run_id"].encode(), json.dumps(e).encode(), None) for e in evs]
-    _produce_at(bootstrap, [(*r, elsewhere) if r[1] == moved.encode() else r for r in records])
+    records = [Send(e["run_id"].encode(), json.dumps(e).encode()) for e in evs]
+    produce(bootstrap, topic, [r._replace(partition=elsewhere) if r.key == moved.encode() else r for r in records])
     want = offline(evs, {})
     produce(bootstrap, t.decisions_topic, [(d["gateway_id"].encode(), json.dumps(d).encode()) for d in want])
     p = subprocess.run(
@@ -227,25 +228,6 @@ def test_events_whose_decisions_never_reached_the_topic_are_missing(bootstrap):
     code, out = audit(bootstrap, prefix)
     assert code == 2
     assert out["missing"] == out["decisions_replayed"] == len(want) and out["decisions_recorded"] == 0
-
-
-def _produce_at(bootstrap: str, records: list[tuple]) -> None:
-    """(topic, key, value, timestamp ms[, partition]) records, each with its own
-    timestamp (None: now) and partition (None or absent: the key's)."""
-    import asyncio
-
-    from aiokafka import AIOKafkaProducer
-
-    async def main() -> None:
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-        await p.start()
-        try:
-            for topic, key, value, ts, *part in records:
-                await p.send_and_wait(topic, value, key=key, timestamp_ms=ts, partition=part[0] if part else None)
-        finally:
-            await p.stop()
-
-    asyncio.run(main())
 
 
 def test_a_run_under_way_at_from_is_replayed_from_its_start_or_reported_partial(bootstrap, tmp_path):
@@ -288,9 +270,9 @@ def test_a_run_under_way_at_from_is_replayed_from_its_start_or_reported_partial(
     assert any(d["action"] == "block" for d in want)
     prefix = new_prefix()
     t = setup_topics(bootstrap, prefix)
-    records = [(t.events_topic, b"long", json.dumps(e).encode(), e["ts"]) for e in evs]
-    records += [(t.decisions_topic, b"gw-1", json.dumps(d).encode(), d["ts"] + 5) for d in want]
-    _produce_at(bootstrap, records)
+    records = [Send(b"long", json.dumps(e).encode(), e["ts"]) for e in evs]
+    records += [Send(b"gw-1", json.dumps(d).encode(), d["ts"] + 5, topic=t.decisions_topic) for d in want]
+    produce(bootstrap, t.events_topic, records)
     in_range = [d for d in want if d["ts"] >= now - hour]
     # A look-back that reaches the run's first event (at -3 h): replayed from its start.
     code, out = audit(bootstrap, prefix, "--from", "-1h", "--lookback", "24h", "--worker-config", str(cfg))
@@ -338,22 +320,18 @@ def test_the_audit_reads_from_a_record_inside_a_fetched_batch_leaving_out_those_
     leaves out those before the offset it reads from (read.py's own unpacking)."""
     import asyncio
 
-    from aiokafka import AIOKafkaProducer
+    from streams.kafka import clients
 
     s = setup_topics(bootstrap, new_prefix(), partitions=1)
     t0 = 1_780_000_000_000
 
     async def write() -> None:
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap)
-        await p.start()
-        try:
+        async with clients.opened(clients.producer(s), s) as p:
             for first in (0, 10):  # two batches of ten records
                 batch = p.create_batch()
                 for i in range(first, first + 10):
                     assert batch.append(key=b"r", value=b"v%d" % i, timestamp=t0 + i) is not None
                 await (await p.send_batch(batch, s.events_topic, partition=0))
-        finally:
-            await p.stop()
 
     asyncio.run(write())
     every = asyncio.run(drain(s, None))

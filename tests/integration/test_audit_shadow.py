@@ -11,17 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import time
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from detectors import DetectionConfig, decode_event, replay
 from streams.admin.config_topic import publish_config
 from streams.audit.core import agent_hashes
-from streams.kafka.clients import seek_to_start
-from streams.tools.launch import Worker, command
-from tests.integration.harness import ROOT, audit, consume, new_prefix, setup_topics
+from streams.tools.launch import command
+from tests.integration.harness import ROOT, WorkerProcess, audit, new_prefix, read_all, setup_topics
 from tests.unit.test_audit_core import offline_policy
 
 pytestmark = pytest.mark.integration
@@ -64,32 +61,6 @@ def configs_by_run(decisions) -> dict[str, DetectionConfig]:
     return out
 
 
-async def _read_all(bootstrap: str, topic: str) -> list[dict]:
-    """Every record of the topic, each partition's in offset order."""
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await c.start()
-    try:
-        await c._client.force_metadata_update()  # the consumer learns of a topic only when asked
-        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
-        assert tps, f"no partitions of {topic}"
-        c.assign(tps)
-        ends = await c.end_offsets(tps)
-        await seek_to_start(c, tps)
-        out: dict[int, list[dict]] = {tp.partition: [] for tp in tps}
-        read_to = dict.fromkeys(tps, 0)  # past the last offset returned (the consumer's own
-        # position can run ahead of what it returned, as it fetches ahead)
-        deadline = time.monotonic() + 60
-        while [tp for tp in tps if read_to[tp] < ends[tp]]:
-            assert time.monotonic() < deadline, f"{topic}: not read to {ends} within 60 s (read to {read_to})"
-            for tp, records in (await c.getmany(timeout_ms=1000)).items():
-                if records:
-                    read_to[tp] = records[-1].offset + 1
-                out[tp.partition].extend(json.loads(r.value) for r in records if r.offset < ends[tp])
-        return [e for p in sorted(out) for e in out[p]]
-    finally:
-        await c.stop()
-
-
 @pytest.fixture(scope="module")
 def fleet(bootstrap, tmp_path_factory):
     """A simulated fleet decided by a worker that follows the config topic, 20 percent
@@ -99,12 +70,7 @@ def fleet(bootstrap, tmp_path_factory):
     prefix = new_prefix()
     s = setup_topics(bootstrap, prefix)
     asyncio.run(publish_config(s, json.dumps(BASE).encode(), "base.json"))
-    worker = Worker(
-        ["--bootstrap", bootstrap, "--topic-prefix", prefix, "--data-dir", str(tmp / "data")],
-        tmp / "worker.log",
-        cwd=ROOT,
-        stop_timeout=30,
-    )
+    worker = WorkerProcess(bootstrap, prefix, None, tmp)  # no --config: it follows the topic
     worker.start()
     try:
         sim = subprocess.run(
@@ -136,17 +102,17 @@ def fleet(bootstrap, tmp_path_factory):
             timeout=240,
         )
         assert sim.returncode in (0, 2) and sim.stdout, sim.stderr
-        events = asyncio.run(_read_all(bootstrap, s.events_topic))
+        events = [json.loads(m.value) for m in read_all(bootstrap, s.events_topic)]
         # Every call has a decision, a usage event only when it spends a budget: the
         # calls' decisions name each run's config, under which an offline replay says
         # how many decisions there are in all.
-        calls = consume(bootstrap, s.decisions_topic, sum(e["type"] == "tool_call" for e in events), settle=0.2)
-        run_config = configs_by_run(json.loads(m.value) for m in calls)
+        worker.wait_published(len(events))
+        decisions = [json.loads(m.value) for m in read_all(bootstrap, s.decisions_topic)]
+        run_config = configs_by_run(decisions)
         by_run: dict[str, list] = {}
         for e in events:
             by_run.setdefault(e["run_id"], []).append(decode_event(json.dumps(e)))
-        want = sum(len(replay(evs, run_config[run_id])) for run_id, evs in by_run.items())
-        decisions = [json.loads(m.value) for m in consume(bootstrap, s.decisions_topic, want, settle=0.2)]
+        assert len(decisions) == sum(len(replay(evs, run_config[run_id])) for run_id, evs in by_run.items())
     finally:
         worker.stop()
     return prefix, events, decisions, json.loads(sim.stdout)

@@ -11,7 +11,7 @@ import pytest
 from detectors import decode_state
 from detectors.state import MAX_WARNING_KEYS
 from tests.events import offline
-from tests.integration.harness import consume, event_records, produce, wait_until
+from tests.integration.harness import consume, event_records, produce, read_all, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -48,9 +48,13 @@ def test_idle_runs_are_dropped_and_tombstoned(bootstrap, start_worker):
     produce(bootstrap, s.events_topic, event_records(old + fresh))
     wait_until(lambda: w.metric("loopwarden_runs_evicted") >= 2, 30, "two runs evicted", every=0.2)
     assert w.metric("loopwarden_runs_evicted") == 2, w.metrics()
-    tomb = {}
-    for msg in consume(bootstrap, s.changelog_topic, 5, timeout=30, settle=1.5):
-        tomb[msg.key] = msg.value
+
+    def tombstoned() -> dict | None:  # each run's last record on the changelog, once both idle ones are tombstones
+        last = {m.key: m.value for m in read_all(bootstrap, s.changelog_topic)}
+        gone = [k for k in (b"idle-a", b"idle-b") if k in last and last[k] is None]
+        return last if len(gone) == 2 else None
+
+    tomb = wait_until(tombstoned, 30, "the idle runs' tombstones on the changelog", every=0.2)
     assert tomb[b"idle-a"] is None and tomb[b"idle-b"] is None and tomb[b"busy"] is not None
     produce(bootstrap, s.events_topic, event_records(later))
     expected = offline(old + fresh + later, CONFIG)
@@ -84,7 +88,7 @@ def test_warning_memory_is_bounded_in_a_worker(bootstrap, start_worker):
     assert sum(d["action"] == "warn" for d in got) == n_keys
 
     def last_state():  # the run's state after every event, once its last flush reached the changelog
-        states = [m for m in consume(bootstrap, s.changelog_topic, 1, timeout=30, settle=0.5) if m.key == b"many-keys"]
+        states = [m for m in read_all(bootstrap, s.changelog_topic) if m.key == b"many-keys"]
         last = decode_state(max(states, key=lambda m: m.offset).value) if states else None
         return last if last is not None and last.last_seq == len(events) - 1 else None
 

@@ -19,11 +19,11 @@ from tests.integration.harness import (
     ROOT,
     WorkerProcess,
     audit,
-    consume,
     decisions_by_partition,
     event_records,
     new_prefix,
     produce,
+    read_all,
     setup_topics,
     topic_settings,
     wait_until,
@@ -60,8 +60,11 @@ def call(run: str, seq: int, tool: str = "read") -> dict:
     }
 
 
-def decided(bootstrap: str, topic: str, want: int) -> list[dict]:
-    msgs = consume(bootstrap, topic, want, timeout=60, settle=0.5)
+def decided(w: WorkerProcess, want: int) -> list[dict]:
+    """The worker's decisions, once it has published those of the `want` calls produced
+    so far (read to the end offsets then: a decision too many would be there too)."""
+    w.wait_published(want)
+    msgs = read_all(w.topics.bootstrap, w.topics.decisions_topic)
     got = [d for part in decisions_by_partition(msgs).values() for d in part]
     assert len(got) == want, f"{len(got)} decisions, expected {want}"
     return sorted(got, key=lambda d: (d["run_id"], d["seq"]))
@@ -117,7 +120,7 @@ def test_publish_and_show_round_trip(bootstrap, tmp_path):
     # The records as they are on the topic: each config under its id with its text and
     # source, each followed by the `current` record naming it.
     s = topic_settings(bootstrap, prefix)
-    msgs = sorted(consume(bootstrap, s.config_topic, 6, timeout=30, settle=0.5), key=lambda m: m.offset)
+    msgs = sorted(read_all(bootstrap, s.config_topic), key=lambda m: m.offset)  # each command returned once published
     assert [m.key for m in msgs] == [cid.encode(), CURRENT, oid.encode(), CURRENT, cid.encode(), CURRENT]
     assert msgs[0].value == j5_text and dict(msgs[0].headers)[SOURCE_HEADER] == str(j5).encode()
     assert [json.loads(m.value) for m in msgs[1::2]] == [{"config": cid}, {"config": oid}, {"config": cid}]
@@ -152,7 +155,7 @@ def test_a_worker_without_config_decides_under_the_topic_and_follows_it(bootstra
     # Under the first config (warn at 5): four calls of one run, none warned.
     before = [call("r1", i) for i in range(4)]
     produce(bootstrap, s.events_topic, event_records(before))
-    got = decided(bootstrap, s.decisions_topic, 4)
+    got = decided(w, 4)
     cfg_a, cfg_b = load_config(first), load_config(second)
     assert [d["action"] for d in got] == ["allow"] * 4
     assert {d["config_hash"] for d in got} == {cfg_a.for_agent(None).config_hash}
@@ -170,7 +173,7 @@ def test_a_worker_without_config_decides_under_the_topic_and_follows_it(bootstra
     # with the new thresholds (warn at 3).
     after = [call("r1", 4), call("r1", 5), *(call("r2", i) for i in range(4))]
     produce(bootstrap, s.events_topic, event_records(after))
-    got = decided(bootstrap, s.decisions_topic, 10)
+    got = decided(w, 10)
     late = [d for d in got if (d["run_id"], d["seq"]) in {(e["run_id"], e["seq"]) for e in after}]
     assert {d["config_hash"] for d in late} == {cfg_b.for_agent(None).config_hash}
     r2 = [d for d in late if d["run_id"] == "r2"]
@@ -217,7 +220,7 @@ def test_a_worker_with_config_does_not_follow(bootstrap, tmp_path, start_worker)
     time.sleep(3)
     assert w.health()["config"] == config_id(pinned_text)
     produce(bootstrap, s.events_topic, event_records([call("r1", i) for i in range(5)]))
-    got = decided(bootstrap, s.decisions_topic, 5)
+    got = decided(w, 5)
     assert [d["action"] for d in got] == ["allow"] * 5  # warned from 2 or 1 under the published ones
     assert {d["config_hash"] for d in got} == {load_config(pinned_text).for_agent(None).config_hash}
     assert "config switched" not in w.tail(20000)
@@ -234,7 +237,7 @@ def test_a_following_worker_with_nothing_published_uses_the_defaults_until_a_con
     assert h["config_follows"] is True and 'loopwarden_config{config="defaults"} 1.0' in w.metrics()
     s = topic_settings(bootstrap, prefix, partitions=2)
     produce(bootstrap, s.events_topic, event_records([call("r1", 0)]))
-    (d,) = decided(bootstrap, s.decisions_topic, 1)
+    (d,) = decided(w, 1)
     assert d["config_hash"] == DetectionConfig({}).for_agent(None).config_hash
 
     path = tmp_path / "now.json"
@@ -243,6 +246,6 @@ def test_a_following_worker_with_nothing_published_uses_the_defaults_until_a_con
     wait_for_config(w, cid)
     assert f"config switched: defaults -> {cid}" in w.tail(20000)
     produce(bootstrap, s.events_topic, event_records([call("r1", i) for i in (1, 2)]))
-    got = decided(bootstrap, s.decisions_topic, 3)
+    got = decided(w, 3)
     assert [(d["action"], d["count"]) for d in got[1:]] == [("allow", None), ("warn", 2)]
     assert {d["config_hash"] for d in got[1:]} == {load_config(config_text(2, 4)).for_agent(None).config_hash}

@@ -5,40 +5,19 @@ it, and replay gives each bad line the worker's reason."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 from collections import Counter
 
 import pytest
-from aiokafka import AIOKafkaProducer
 
 from streams.tools.launch import command
 from tests.events import offline, per_run
 from tests.fuzz import MAX_EVENT_BYTES, Message, mixed
-from tests.integration.harness import ROOT, consume
+from tests.integration.harness import ROOT, produce, read_all
 
 pytestmark = pytest.mark.integration
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}}
-
-
-async def _produce(bootstrap: str, topic: str, msgs: list[Message]) -> None:
-    # gzip and a large request size: the broker takes a 2 MB value this way, as it did
-    # for the operator whose dead letter then could not be published.
-    p = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        acks="all",
-        enable_idempotence=True,
-        linger_ms=5,
-        compression_type="gzip",
-        max_request_size=8 << 20,
-    )
-    await p.start()
-    try:
-        futs = [await p.send(topic, key=m.key, value=m.value) for m in msgs]
-        await asyncio.gather(*futs)
-    finally:
-        await p.stop()
 
 
 def test_fuzz_through_a_worker_and_through_replay(bootstrap, tmp_path, start_worker):
@@ -69,9 +48,13 @@ def test_fuzz_through_a_worker_and_through_replay(bootstrap, tmp_path, start_wor
     w = start_worker(None, CONFIG, extra=("--max-event-bytes", str(MAX_EVENT_BYTES)))
     s = w.topics
     pid = w.proc.pid
-    asyncio.run(_produce(bootstrap, s.events_topic, msgs))
-    dead = consume(bootstrap, s.deadletter_topic, len(bad), timeout=90, settle=2)
-    got = [json.loads(m.value) for m in consume(bootstrap, s.decisions_topic, len(expected), timeout=90, settle=2)]
+    # gzip and a large request size: the broker takes a 2 MB value this way, as it did
+    # for the operator whose dead letter then could not be published.
+    records = [(m.key, m.value) for m in msgs]
+    produce(bootstrap, s.events_topic, records, compression_type="gzip", max_request_size=8 << 20)
+    w.wait_published(len(msgs), timeout=90)
+    dead = read_all(bootstrap, s.deadletter_topic)
+    got = [json.loads(m.value) for m in read_all(bootstrap, s.decisions_topic)]
     assert w.alive() and w.proc.pid == pid and w.starts == 1, w.tail()
 
     # Every bad message, and nothing else, is in the dead-letter topic with its reason.

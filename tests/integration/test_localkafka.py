@@ -7,24 +7,21 @@ import asyncio
 import subprocess
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 
+from streams.kafka import clients
 from streams.kafka.errors import BrokerError
 from streams.tools import localkafka
 from streams.tools.launch import command
-from tests.integration.harness import ROOT, consume, produce
+from tests.integration.harness import ROOT, produce, read_all, topic_settings
 
 pytestmark = pytest.mark.integration
 HEAP = "256m"
 
 
 async def topics(bootstrap: str) -> set[str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
+    s = topic_settings(bootstrap)
+    async with clients.opened(clients.admin(s), s) as admin:
         return set(await admin.list_topics())
-    finally:
-        await admin.close()
 
 
 def kafka_cli(*args: str) -> subprocess.CompletedProcess:
@@ -44,7 +41,7 @@ def test_start_again_keeps_the_data_and_the_address_and_fresh_starts_over(tmp_pa
     again = localkafka.start(d, heap=HEAP)  # the default: the broker already there
     try:
         assert again.bootstrap == first.bootstrap and again.pid != first.pid
-        got = consume(again.bootstrap, "kept", len(records), timeout=30, settle=0.2)
+        got = read_all(again.bootstrap, "kept")  # produced and acknowledged before the restart
         assert sorted((m.key, m.value) for m in got) == records
         assert localkafka.start(d, heap=HEAP) == again  # running already: left as it is
         with pytest.raises(BrokerError, match="is running"):

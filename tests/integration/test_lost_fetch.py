@@ -13,7 +13,7 @@ import time
 import pytest
 
 from detectors import DetectionConfig, decode_event, encode, replay
-from tests.integration.harness import ROOT, consume, event_records, produce
+from tests.integration.harness import ROOT, consume, event_records, produce, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -85,7 +85,8 @@ def test_events_lost_on_the_way_are_read_from_the_broker_before_the_ones_after_t
         for i in range(16)
     ]
     produce(bootstrap, s.events_topic, event_records(events))
-    got = consume(bootstrap, s.decisions_topic, want=len(events), timeout=30, settle=0.5)
+    w.wait_published(len(events), timeout=30)
+    got = read_all(bootstrap, s.decisions_topic)
     log = w.log.read_text(errors="replace")
     assert f"{hole}; reading them from the broker" in log, w.tail()
     # in order, each once: the hole's events went before the one that found it

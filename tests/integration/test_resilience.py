@@ -18,6 +18,9 @@ from tests.integration.harness import (
     decisions_by_partition,
     event_records,
     produce,
+    read_all,
+    wait_assigned,
+    wait_committed,
     wait_until,
 )
 
@@ -55,8 +58,9 @@ def test_bad_input_goes_to_the_dead_letter_topic(bootstrap, start_worker):
         if i < len(bad):
             records.append(bad[i])
     produce(bootstrap, s.events_topic, records)
-    dead = consume(bootstrap, s.deadletter_topic, len(bad), timeout=60)
-    decided = consume(bootstrap, s.decisions_topic, len(good), timeout=30)
+    w.wait_published(len(records))
+    dead = read_all(bootstrap, s.deadletter_topic)
+    decided = read_all(bootstrap, s.decisions_topic)
     assert sorted(m.value for m in dead) == sorted(v for _, v in bad)
     reasons = {}
     for m in dead:
@@ -89,11 +93,11 @@ def test_two_workers_decide_as_one(bootstrap, start_worker):
         ws = [first, *more]
         for w in ws:
             w.wait_healthy()
-        settled = lambda: all(w.partitions() for w in ws)  # noqa: E731,B023 (ws of this round)
-        wait_until(settled, 60, "the group to settle on every member")
+        wait_assigned(ws, s.partitions)
         produce(bootstrap, s.events_topic, event_records(events))
-        want = sum(len(v) for v in expected.values())
-        msgs = consume(bootstrap, s.decisions_topic, want, timeout=120, settle=2)
+        # Every event committed by the group: all the workers published of them is on the topic.
+        wait_committed(bootstrap, s.app_id, s.events_topic, timeout=120)
+        msgs = read_all(bootstrap, s.decisions_topic)
         got = distinct([d for part in decisions_by_partition(msgs).values() for d in part])
         assert per_run(got) == expected, f"{n_workers} worker(s)"
         results.append(per_run(got))
@@ -119,7 +123,8 @@ def test_killed_worker_resumes_from_the_changelog(bootstrap, start_worker):
     w.kill()  # SIGKILL, mid-stream or just after
     w.start()
     produce(bootstrap, s.events_topic, event_records(events[half:]))
-    msgs = consume(bootstrap, s.decisions_topic, len(expected), timeout=120, settle=3)
+    wait_committed(bootstrap, s.app_id, s.events_topic, timeout=120)  # all its successor publishes of them is there
+    msgs = read_all(bootstrap, s.decisions_topic)
     got = distinct([d for part in decisions_by_partition(msgs).values() for d in part])
     assert per_run(got) == per_run(expected)
     assert w.starts == 2 and w.alive()
@@ -143,9 +148,7 @@ def test_a_stopped_worker_leaves_every_run_state_in_the_changelog(bootstrap, sta
     w.stop()
     assert w.proc.returncode == 0, "the worker must exit by itself on SIGTERM, not be killed"
     stored: dict[bytes, bytes | None] = {}
-    for m in sorted(
-        consume(bootstrap, s.changelog_topic, len(final), timeout=30, settle=2), key=lambda m: (m.partition, m.offset)
-    ):
+    for m in read_all(bootstrap, s.changelog_topic):  # the worker has exited: all it wrote is there
         stored[m.key] = m.value
     assert stored == final
 
@@ -170,19 +173,17 @@ def test_a_run_that_ended_just_before_a_crash_is_answered_as_before(bootstrap, s
     consume(bootstrap, s.decisions_topic, 8, timeout=60)
 
     def ended_on_the_changelog() -> bool:  # the run's last state is flushed, and so its events acknowledged
-        records = consume(bootstrap, s.changelog_topic, 1, timeout=5, settle=0.2)
+        records = read_all(bootstrap, s.changelog_topic)
         return any(m.key == b"r-end" and (m.value or b"").startswith(ENDED) for m in records)
 
     wait_until(ended_on_the_changelog, 30, "the run's ended record on the changelog")
     w.kill()
     w.start()
     produce(bootstrap, s.events_topic, event_records(again))
-
-    def decided_again() -> tuple[list[dict], list[dict]] | None:
-        got = [json.loads(m.value) for m in consume(bootstrap, s.decisions_topic, 9, timeout=5, settle=1)]
-        new_run = [d for d in got if d["args_hash"] == later[0]["args_hash"]]
-        return (got, new_run) if new_run else None
-
-    got, new_run = wait_until(decided_again, 60, "the new run's decision", every=0)
+    # The successor has committed every event: all it answered, the replayed calls and the
+    # new run's, is on the topic.
+    wait_committed(bootstrap, s.app_id, s.events_topic)
+    got = [json.loads(m.value) for m in read_all(bootstrap, s.decisions_topic)]
+    new_run = [d for d in got if d["args_hash"] == later[0]["args_hash"]]
     assert new_run == later
     assert distinct([d for d in got if d not in new_run]) == first

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import http.server
 import json
 import os
@@ -15,12 +14,11 @@ import time
 from collections import Counter
 
 import pytest
-from aiokafka import AIOKafkaProducer
 
 from detectors.wire import Decision, encode
 from streams.tools.launch import command
 
-from .harness import ROOT, new_prefix, setup_topics
+from .harness import ROOT, Send, new_prefix, produce, setup_topics
 
 pytestmark = pytest.mark.integration
 
@@ -77,20 +75,11 @@ def known_decisions() -> list[Decision]:
     return out
 
 
-async def _produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes, int, list]]) -> None:
-    p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
-    await p.start()
-    try:
-        futs = [await p.send(topic, key=k, value=v, timestamp_ms=ts, headers=h) for k, v, ts, h in records]
-        await asyncio.gather(*futs)
-    finally:
-        await p.stop()
-
-
 def produce_decisions(bootstrap: str, topic: str, decisions: list[Decision], ts_ms: int, step_ms: int = 10) -> None:
     """Keyed by gateway_id, as workers publish them; timestamps ts_ms, ts_ms + step_ms, ..."""
-    recs = [(d.gateway_id.encode(), encode(d), ts_ms + i * step_ms, []) for i, d in enumerate(decisions)]
-    asyncio.run(_produce(bootstrap, topic, recs))
+    produce(
+        bootstrap, topic, [Send(d.gateway_id.encode(), encode(d), ts_ms + i * step_ms) for i, d in enumerate(decisions)]
+    )
 
 
 def top(bootstrap: str, prefix: str, *extra: str, timeout: float = 90) -> dict:
@@ -112,11 +101,11 @@ def test_once_json_reports_exact_counts_and_the_looping_runs(bootstrap):
     now_ms = int(time.time() * 1000)
     produce_decisions(bootstrap, s.decisions_topic, ds, now_ms - 5000)
     dead = [
-        (b"k1", b"not json", now_ms, [("loopwarden.error", b"decode_error")]),
-        (None, b"{}", now_ms, [("loopwarden.error", b"missing_key")]),
-        (None, b"{}", now_ms, [("loopwarden.error", b"missing_key")]),
+        Send(b"k1", b"not json", now_ms, [("loopwarden.error", b"decode_error")]),
+        Send(None, b"{}", now_ms, [("loopwarden.error", b"missing_key")]),
+        Send(None, b"{}", now_ms, [("loopwarden.error", b"missing_key")]),
     ]
-    asyncio.run(_produce(bootstrap, s.deadletter_topic, dead))
+    produce(bootstrap, s.deadletter_topic, dead)
 
     snap = top(bootstrap, prefix)
     assert snap["topic"] == s.decisions_topic
