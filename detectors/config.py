@@ -429,13 +429,36 @@ class AgentPolicy(Struct, frozen=True):
     enforce: bool = True
 
 
+class AnomalyConfig(Struct, frozen=True):
+    """`loopwarden.fleet.spendAnomaly` (loopwarden's own, alerts only, not in the hashed
+    shape): an agent whose spend or call count in a window of `window_ms` is above
+    `factor` times the median of its previous `history` windows, and at or above a
+    floor, is reported (detectors/anomaly.py). A kind without a floor is not watched;
+    fewer than `min_windows` previous windows with any spend are no norm yet."""
+
+    window_ms: int = 3_600_000
+    history: int = 24
+    factor: float = 3.0
+    min_windows: int = 3
+    tokens: int | None = None  # the floors, in each kind's unit (cost in micro-dollars)
+    cost: int | None = 1_000_000
+    calls: int | None = 200
+
+    def floors(self) -> tuple[int | None, int | None, int | None]:
+        return (self.tokens, self.cost, self.calls)
+
+
+ANOMALY_DEFAULTS: dict[str, Any] = {"windowMs": 3_600_000, "history": 24, "minWindows": 3}
+
+
 class FleetPolicy(Struct, frozen=True):
-    """loopwarden's own global-only fields, resolved: `holdoutPercent`, the breaker and
-    the spend caps."""
+    """loopwarden's own global-only fields, resolved: `holdoutPercent`, the breaker, the
+    spend caps and the spend anomaly watch."""
 
     holdout_percent: int = 0
     breaker: ToolBreakerConfig = ToolBreakerConfig()
     spend_caps: tuple[SpendCapConfig, ...] = ()
+    anomaly: AnomalyConfig | None = None  # None: not watched
 
 
 def _object(v: Any, where: str, warnings: list[str]) -> dict[str, Any]:
@@ -592,7 +615,44 @@ def fleet_policy(block: dict[str, Any], warnings: list[str]) -> FleetPolicy:
                 n = default
             vals[name] = n
     breaker = ToolBreakerConfig(vals["enabled"], vals["minRuns"], vals["windowMs"], vals["coolDownMs"])
-    return FleetPolicy(holdout, breaker, spend_caps(fleet.get("spendCaps"), warnings))
+    anomaly = spend_anomaly(fleet.get("spendAnomaly"), warnings)
+    return FleetPolicy(holdout, breaker, spend_caps(fleet.get("spendCaps"), warnings), anomaly)
+
+
+def spend_anomaly(raw: Any, warnings: list[str]) -> AnomalyConfig | None:
+    """`loopwarden.fleet.spendAnomaly`: None unless `enabled` is true. A number that
+    fails its check falls back to its default, a floor to none (each with a warning)."""
+    where = "loopwarden.fleet.spendAnomaly"
+    block = _object(raw, where, warnings)
+    enabled = block.get("enabled")
+    if enabled is not None and not isinstance(enabled, bool):
+        warnings.append(f"{where}.enabled: {enabled!r} is not true or false; off")
+    if enabled is not True:
+        return None
+    nums: dict[str, int] = {}
+    for name, default in ANOMALY_DEFAULTS.items():
+        v = block.get(name)
+        n = default if v is None else _positive_int(v)
+        if n is None:
+            warnings.append(f"{where}.{name}: {v!r} is not a positive integer; using the default {default}")
+            n = default
+        nums[name] = n
+    factor = block.get("factor", 3)
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not math.isfinite(factor) or factor < 1:
+        warnings.append(f"{where}.factor: {factor!r} is not a number of at least 1; using 3")
+        factor = 3
+    floors: dict[str, Any] = {"minTokens": None, "minCostUsd": 1, "minToolCalls": 200}
+    for name in floors:
+        v = block.get(name, floors[name])
+        check = _cost_ceiling if name == "minCostUsd" else _positive_int
+        if v is not None and check(v) is None:
+            warnings.append(f"{where}.{name}: {v!r} is not a positive amount; no floor, the kind is not watched")
+            v = None
+        floors[name] = v
+    cost = _cost_ceiling(floors["minCostUsd"]) if floors["minCostUsd"] is not None else None
+    tokens = _positive_int(floors["minTokens"]) if floors["minTokens"] is not None else None
+    calls = _positive_int(floors["minToolCalls"]) if floors["minToolCalls"] is not None else None
+    return AnomalyConfig(nums["windowMs"], nums["history"], float(factor), nums["minWindows"], tokens, cost, calls)
 
 
 def _spend_cap(entry: Any, taken: set[str], fell_back: list[str]) -> SpendCapConfig | str:
@@ -721,6 +781,7 @@ class DetectionConfig:
         "holdout_percent",
         "idle_timeout_ms",
         "source",
+        "spend_anomaly",
         "spend_caps",
         "tool_breaker",
         "warnings",
@@ -743,6 +804,7 @@ class DetectionConfig:
         self.tool_breaker: ToolBreakerConfig | None = fleet.breaker if fleet.breaker.enabled else None
         """The fleet's tool breaker (semantics.md section 9); None while it is off."""
         self.spend_caps: tuple[SpendCapConfig, ...] = fleet.spend_caps
+        self.spend_anomaly: AnomalyConfig | None = fleet.anomaly  # alerts only (detectors/anomaly.py)
         """The fleet's spend caps (semantics.md section 11), valid entries in list order."""
         base = _block(doc, "", warnings)
         glob_policy = agent_policy(lw, {}, "", warnings, None)

@@ -241,3 +241,60 @@ class SpendFold:
     def count(self, cap_id: str, key: str, window_start: int) -> SpendCount | None:
         """What `key` spent on the cap in that window so far (None: nothing, or dropped)."""
         return self._counts.get((cap_id, key), {}).get(window_start)
+
+
+class SpendState(Struct, frozen=True, array_like=True, gc=False):
+    """What the live spend stage keeps for one cap, key and window (its windowed table's
+    value), whole enough that a reader of the table's changelog needs no config: the
+    cap's ceilings and window, the count, the marks warned (the highest of 0, 80 and 95
+    percent, per kind), the signal once reached, and per source partition of the events
+    topic the highest offset counted (`seen`): a record forwarded again after a
+    worker's restart carries the same source offset, and counts once."""
+
+    cap: str
+    key: str
+    window_start: int
+    window_ms: int
+    ceilings: tuple[int | None, int | None, int | None]
+    count: SpendCount = NOTHING
+    marks: tuple[int, int, int] = (0, 0, 0)
+    signal: str | None = None
+    seen: dict[int, int] = {}
+
+    def counted(self, partition: int, offset: int) -> bool:
+        """Whether the record from that source offset was counted already."""
+        top = self.seen.get(partition)
+        return top is not None and offset <= top
+
+
+_state_encoder = msgspec.msgpack.Encoder()
+_state_decoder = msgspec.msgpack.Decoder(SpendState)
+
+
+def encode_spend_state(state: SpendState) -> bytes:
+    return _state_encoder.encode(state)
+
+
+def decode_spend_state(data: bytes) -> SpendState:
+    return _state_decoder.decode(data)
+
+
+def new_marks(state: SpendState) -> list[tuple[str, int, int, int, int]]:
+    """The marks (80 and 95 percent of a ceiling) the count reached and that were not
+    warned yet: (unit, mark, percent, used, ceiling), one per kind at most (its highest
+    new mark)."""
+    out = []
+    for unit, used, ceiling, warned in zip(
+        SPEND_UNITS, counts_of(state.count), state.ceilings, state.marks, strict=True
+    ):
+        if ceiling is None:
+            continue
+        reached = max((m for m in (80, 95) if used * 100 >= m * ceiling), default=0)
+        if reached > warned:
+            out.append((unit, reached, used * 100 // ceiling, used, ceiling))
+    return out
+
+
+def counts_of(c: SpendCount) -> tuple[int, int, int]:
+    """(tokens, micro-dollars, calls)."""
+    return (c.tokens, c.cost_micros, c.calls)

@@ -32,6 +32,7 @@ def topic_specs(s: Settings) -> list[tuple[str, int, dict[str, str]]]:
         (s.alerts_topic, 1, {"cleanup.policy": "delete"}),
         # Tool failures keyed by tool name, for the fleet's breaker stage (streams/worker/fleet.py).
         (s.failures_topic, s.partitions, {"cleanup.policy": "delete"}),
+        (s.spend_topic, s.partitions, {"cleanup.policy": "delete"}),
     ]
 
 

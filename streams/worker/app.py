@@ -25,6 +25,7 @@ from ..kafka import faust_compat
 from ..kafka.settings import read_detection_config
 from . import config_follow, rebalance, watchdog
 from . import fleet as fleet_stage
+from . import spend as spend_stage
 from .batches import BatchLoop
 from .delivery import fill_hole
 from .health import Health
@@ -114,6 +115,8 @@ def create_app(
         metrics.config_in_use(config_id)
     breaker = following or config.tool_breaker is not None  # see fleet_stage.install
     fleet_stage.install(app, settings, ledger, lambda: batches.config, metrics, breaker)
+    if spend_stage.forwarded_caps(config):  # a worker without caps or the anomaly watch reads no spend topic
+        spend_stage.install(app, settings, lambda: batches.config, metrics)
     rebalance.install(app, settings, batches, metrics, inbox)
     Health(app, batches, settings.events_topic, following).install(app)
     faust_compat.deliver_inline(app.consumer)  # no task per message fetched

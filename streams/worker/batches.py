@@ -30,6 +30,7 @@ from detectors.ingest import SetAside, fold
 
 from ..kafka.producer import OutRecord
 from . import fleet as fleet_out
+from . import spend
 from .flush import Flusher
 from .metrics import Metrics
 from .parts import LoopParts
@@ -116,16 +117,13 @@ def fold_batch(
 
     source = ((m, m.key, m.value) for m in msgs)
     breaker_on = config.tool_breaker is not None
+    caps = spend.forwarded_caps(config) if config.spend_caps or config.spend_anomaly else ()
+    forwarded = 0
     decisions_topic = s.decisions_topic  # (a property that formats the name: once per batch)
     for f in fold(source, config, max_event_bytes=s.max_event_bytes, load=stored, fleet=fleet):
         msg = f.position
         if isinstance(f, SetAside):
-            exc = f.error
-            if exc.reason == "internal_error":
-                log.error("event at %s[%d]@%d set aside: %s", msg.topic, msg.partition, msg.offset, exc)
-            dl = dead_letter(msg, exc)
-            out.append(OutRecord(s.deadletter_topic, dl.key, dl.value, dl.headers, None if dl.key is not None else 0))
-            metrics.dead_letters.labels(exc.reason).inc()
+            out.append(_dead_letter_record(msg, f, s, metrics))
             dead += 1
             continue
         ts = f.event.ts
@@ -134,22 +132,44 @@ def fold_batch(
         if f.after is not f.before:
             ended = (f.before, msg.offset) if f.after is None and f.before is not None else None
             runs.stage(f.key, msg.partition, f.after, ended)  # type: ignore[arg-type]  # keyed: a folded event has one
-        alert = False  # a decision the fleet's alerts may be about: only then is `outputs` asked
-        if f.decisions:  # (half the events decide nothing: no loop for them)
-            for d, raw in zip(f.decisions, f.encoded, strict=True):
-                out.append(OutRecord(decisions_topic, d.gateway_id.encode(), raw))
-                if traced:
-                    ids.append((d.event_id, msg.offset, msg.partition))
-                action = d.action
-                k = (action, d.detector or "none")
-                counts[k] = counts.get(k, 0) + 1
-                if not alert and fleet_out.may_alert(d):
-                    alert = True
+            if caps and ts is not None:  # applied, not a duplicate: it counts (section 11)
+                forwarded += spend.forward(f, caps, s.spend_topic, msg.partition, msg.offset, out)
+        # (half the events decide nothing: no loop for them)
+        alert = _decided(f, msg, decisions_topic, out, counts, ids if traced else None) if f.decisions else False
         if breaker_on or alert:
             fleet_out.outputs(f, s, breaker_on, out)
+    if forwarded:
+        metrics.spend_forwarded.inc(forwarded)
     last = {m.partition: m.offset for m in msgs}  # each partition's last offset in the batch
     runs.folded(last)
     return Folded(out, counts, dead, ids, last)
+
+
+def _decided(
+    f: Any, msg: Incoming, topic: str, out: list[OutRecord], counts: dict[tuple[str, str], int], ids: list[Any] | None
+) -> bool:
+    """An event's decisions to their topic, counted (and with a trace their ids); whether
+    one may be the subject of an alert (only then are the fleet's outputs asked)."""
+    alert = False
+    for d, raw in zip(f.decisions, f.encoded, strict=True):
+        out.append(OutRecord(topic, d.gateway_id.encode(), raw))
+        if ids is not None:
+            ids.append((d.event_id, msg.offset, msg.partition))
+        k = (d.action, d.detector or "none")
+        counts[k] = counts.get(k, 0) + 1
+        if not alert and fleet_out.may_alert(d):
+            alert = True
+    return alert
+
+
+def _dead_letter_record(msg: Incoming, f: SetAside, s: WorkerSettings, metrics: Metrics) -> OutRecord:
+    """A message set aside, as its dead letter."""
+    exc = f.error
+    if exc.reason == "internal_error":
+        log.error("event at %s[%d]@%d set aside: %s", msg.topic, msg.partition, msg.offset, exc)
+    dl = dead_letter(msg, exc)
+    metrics.dead_letters.labels(exc.reason).inc()
+    return OutRecord(s.deadletter_topic, dl.key, dl.value, dl.headers, None if dl.key is not None else 0)
 
 
 class _Part(NamedTuple):

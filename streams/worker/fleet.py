@@ -34,7 +34,7 @@ from mode import Service
 from detectors import DetectionConfig
 from detectors.fleet import Breaker, ToolBreakerFold, encode_fleet_record, export_tool, import_tool
 from detectors.ingest import Folded, failure_of
-from detectors.policy import RUN_BUDGET
+from detectors.policy import FLEET_SPEND_CAP, RUN_BUDGET
 from detectors.wire import Decision, ToolResult
 
 from ..admin.fleet_topic import FleetFollower, FleetLedger
@@ -66,6 +66,8 @@ def alert(kind: str, ts: int | None, subject: str, summary: str, **fields: Any) 
 
 def _decision_alert(d: Decision, first_abort: bool) -> bytes | None:
     action = d.shadow_action or d.action
+    if d.detector == FLEET_SPEND_CAP:  # a pause ends no run (its cap's alerts are the spend stage's)
+        return None
     if action == "abort" and first_abort:
         kind = "run_aborted"
     elif action == "warn" and d.detector == RUN_BUDGET:

@@ -94,6 +94,14 @@ class Metrics:
         )
         self.fleet_skipped = gauge("loopwarden_fleet_records_skipped", "Unreadable records of the fleet topic, skipped")
         self.breakers_opened = counter("loopwarden_breakers_opened", "Tool breakers this worker's fleet stage opened")
+        self.spend_forwarded = counter("loopwarden_spend_forwarded", "Records forwarded to the spend topic")
+        self.spend_records = counter("loopwarden_spend_records", "Spend records this worker's spend stage counted")
+        self.spend_duplicates = counter(
+            "loopwarden_spend_duplicates", "Spend records counted before (forwarded again after a restart), not counted"
+        )
+        self.spend_skipped = counter("loopwarden_spend_skipped", "Spend records not counted: unreadable, or no cap")
+        self.spend_caps_reached = counter("loopwarden_spend_caps_reached", "Spend caps this worker's stage reached")
+        self.spend_anomalies = counter("loopwarden_spend_anomalies", "Spend anomalies this worker's stage reported")
 
     def _counter(self, name: str, doc: str, *labels: str) -> Counter:
         return Counter(name, doc, list(labels), registry=self.registry)

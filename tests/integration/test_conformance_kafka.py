@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 
 from detectors import DetectionConfig, decode_event
-from detectors.ingest import Folded, fold, offline_fleet
-from tests.conftest import V2_ALL, V3_PER_RUN, scenario_files
+from detectors.ingest import Folded, fold, offline_fleet, offline_spend
+from tests.conftest import V2_ALL, V3_ALL, scenario_files
 from tests.events import offline, per_run
 from tests.integration.harness import (
     WorkerProcess,
@@ -61,15 +61,25 @@ def consume_expected(bootstrap: str, topic: str, expected: list[dict], timeout: 
 
 
 def breaker_cuts(sc: dict) -> list[int]:
-    """The indexes of the events whose failure opens a breaker, offline (the harness
-    sends what follows each only once the worker has received that breaker)."""
+    """The indexes of the events that open a breaker or reach a spend cap, offline (the
+    harness sends what follows each only once the worker has received that signal)."""
     cfg = DetectionConfig(sc["config"])
     fleet, rule = offline_fleet(cfg)
     cuts: list[int] = []
-    opened: list[str] = []
+    seen: list[str] = []
     source = ((i, None, decode_event(json.dumps(e))) for i, e in enumerate(sc["events"]))
-    for f in fold(source, cfg, keyed=False, fleet=fleet, breakers=rule, opened=lambda b: opened.append(b.id)):
-        if isinstance(f, Folded) and len(opened) > len(cuts):
+    folds = fold(
+        source,
+        cfg,
+        keyed=False,
+        fleet=fleet,
+        breakers=rule,
+        opened=lambda b: seen.append(b.id),
+        spend=offline_spend(cfg),
+        reached=lambda s: seen.append(s.id),
+    )
+    for f in folds:
+        while isinstance(f, Folded) and len(seen) > len(cuts):
             cuts.append(f.position)
     return cuts
 
@@ -81,7 +91,7 @@ def wait_for_signals(w: WorkerProcess, n: int, timeout: float = 30.0) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("path", scenario_files(V2_ALL, V3_PER_RUN), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", scenario_files(V2_ALL, V3_ALL), ids=lambda p: p.stem)
 def test_scenario_through_kafka(path, bootstrap, start_worker):
     assert path.exists(), "no conformance scenarios found"
     sc = json.loads(path.read_text())

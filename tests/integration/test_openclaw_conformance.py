@@ -1,16 +1,18 @@
 """Every shared conformance scenario (v1; v2: 210 run budgets, 220 the fleet's tool
-breaker, 230 shadow mode, 240 stop orders; v3: 260 section 12's rules), published through the TypeScript client
-(clients/openclaw) to a real broker and a real worker, gives the decisions offline replay
-gives, in privacy mode and in raw mode alike. Scenarios with the same config share a
-worker; run and gateway ids are tagged per mode and scenario so nothing collides.
+breaker, 230 shadow mode, 240 stop orders; v3: 250 fleet spend caps, 260 section 12's
+rules), published through the TypeScript client (clients/openclaw) to a real broker and a
+real worker, gives the decisions offline replay gives, in privacy mode and in raw mode
+alike. Scenarios with the same config share a worker; run and gateway ids are tagged per
+mode and scenario so nothing collides.
 
 A scenario keeps its ids as written, with topics and a worker of its own per mode, when
 its config sets `loopwarden.holdoutPercent` (holdout hashes the run id, semantics.md
-section 10) or touches the fleet (section 9): a stop order names run, gateway or agent
-ids, and a breaker counts distinct runs across the whole fleet, so two scenarios or two
-modes sharing a worker would open each other's breakers. Its stop orders are published to
-its fleet topic before the worker starts; after each event whose failure opens a breaker
-offline, the TypeScript script waits until the worker holds that breaker (its /metrics
+section 10) or touches the fleet (sections 9 and 11): a stop order names run, gateway or
+agent ids, a breaker counts distinct runs across the whole fleet, and a spend cap counts
+an agent's (or all) calls across runs, so two scenarios or two modes sharing a worker
+would trip each other's. Its stop orders are published to its fleet topic before the
+worker starts; after each event that opens a breaker or reaches a cap offline, the
+TypeScript script waits until the worker holds that signal (its /metrics
 `loopwarden_fleet_signals`) before sending the next, as the Kafka harness does
 (test_conformance_kafka.py). In privacy mode a failed result carries `failed: true`, what
 makes it a failure for the breaker once its error text is hashed away.
@@ -29,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from detectors import DetectionConfig
-from tests.conftest import V2_ALL, V3_PER_RUN, scenario_files
+from tests.conftest import V2_ALL, V3_ALL, scenario_files
 from tests.integration.harness import WorkerProcess, new_prefix, produce, setup_topics
 from tests.integration.test_conformance_kafka import breaker_cuts, offline, wait_for_signals
 
@@ -46,8 +48,9 @@ def holds_out(config: object) -> bool:
 
 def on_its_own(sc: dict) -> bool:
     """Whether a scenario needs its ids as written and a worker of its own: holdout, stop
-    orders or the tool breaker (see the module docstring)."""
-    return holds_out(sc["config"]) or bool(sc.get("fleet")) or DetectionConfig(sc["config"]).tool_breaker is not None
+    orders, the tool breaker or spend caps (see the module docstring)."""
+    cfg = DetectionConfig(sc["config"])
+    return holds_out(sc["config"]) or bool(sc.get("fleet")) or cfg.tool_breaker is not None or bool(cfg.spend_caps)
 
 
 def groups() -> list[tuple[list[Path], bool]]:
@@ -55,7 +58,7 @@ def groups() -> list[tuple[list[Path], bool]]:
     a scenario with holdout or the fleet is a group of its own, its ids as written."""
     by_config: dict[str, list[Path]] = {}
     alone: list[list[Path]] = []
-    for path in scenario_files(V2_ALL, V3_PER_RUN):
+    for path in scenario_files(V2_ALL, V3_ALL):
         sc = json.loads(path.read_text()) if path.exists() else {"config": None}
         if on_its_own(sc):
             alone.append([path])
