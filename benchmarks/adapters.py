@@ -18,6 +18,7 @@ import json
 import time
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 from agents import Agent
 from agents.tool_context import ToolContext
@@ -25,40 +26,39 @@ from agents.tool_guardrails import ToolInputGuardrailData, ToolOutputGuardrailDa
 from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
-from benchmarks.kafka import KEEP_HELP, end, own_broker, scratch, start_worker
-from streams.admin.topics import create_topics
+from benchmarks.kafka import start_worker
 from streams.gateway.adapters.langchain import RUN_KEY, LoopwardenMiddleware
 from streams.gateway.adapters.openai_agents import LoopwardenGuard
 from streams.gateway.client import GatewayClient
-from streams.kafka import settings as settings_mod
-from streams.tools import localkafka
+from streams.tools.harness import KEEP_HELP, own_broker, percentile, scratch, setup_topics_async
 
 RUN_LEN = 20
 
 
-def args_of(i: int) -> dict:
+def args_of(i: int) -> dict[str, Any]:
     return {"path": f"src/module_{i % 97}/file_{i}.py", "limit": i % 200}
 
 
-def stats(xs: list[float]) -> dict:
-    ys = sorted(x * 1000 for x in xs)
-    return {"median": round(median(ys), 4), "p99": round(ys[min(len(ys) - 1, int(len(ys) * 0.99))], 4)}
+def stats(xs: list[float]) -> dict[str, float]:
+    """Milliseconds: the median and the p99 (harness.percentile)."""
+    ys = [x * 1000 for x in xs]
+    return {"median": round(median(ys), 4), "p99": round(percentile(ys, 99) or 0.0, 4)}
 
 
-async def measure(client: GatewayClient, calls: int) -> dict:
+async def measure(client: GatewayClient, calls: int) -> dict[str, Any]:
     inside: list[float] = []
     bare = client.check
 
-    async def timed(*a, **kw):
+    async def timed(*a: Any, **kw: Any) -> Any:
         t = time.perf_counter()
         try:
             return await bare(*a, **kw)
         finally:
             inside.append(time.perf_counter() - t)
 
-    out: dict = {}
+    out: dict[str, Any] = {}
     # bare check
-    lat = []
+    lat: list[float] = []
     for i in range(calls):
         run = f"bare-{i // RUN_LEN}"
         t = time.perf_counter()
@@ -69,12 +69,12 @@ async def measure(client: GatewayClient, calls: int) -> dict:
             await client.end_run(run)
     out["bare_check_ms"] = stats(lat)
 
-    client.check = timed  # the adapters call client.check: time what happens inside it
+    client.check = timed  # type: ignore[method-assign]  # the adapters call client.check: time what happens inside it
     try:
         # LangChain
         mw = LoopwardenMiddleware(client)
 
-        async def handler(req):
+        async def handler(req: ToolCallRequest) -> ToolMessage:
             return ToolMessage(
                 content=f"contents of {req.tool_call['args']['path']}",
                 tool_call_id=req.tool_call["id"],
@@ -89,7 +89,7 @@ async def measure(client: GatewayClient, calls: int) -> dict:
                 tool_call={"name": "read_file", "args": args_of(i), "id": f"c{i}", "type": "tool_call"},
                 tool=None,
                 state={RUN_KEY: run, "messages": []},
-                runtime=None,
+                runtime=None,  # type: ignore[arg-type]  # the middleware reads none
             )
             t = time.perf_counter()
             await mw.awrap_tool_call(req, handler)
@@ -125,29 +125,24 @@ async def measure(client: GatewayClient, calls: int) -> dict:
             "overhead_ms": stats([a - b for a, b in zip(total, inside, strict=True)]),
         }
     finally:
-        client.check = bare
+        client.check = bare  # type: ignore[method-assign]
     return out
 
 
-async def run(args, tmp: Path) -> dict:
-    bootstrap, broker = own_broker(args.bootstrap, tmp)
-    proc = None
-    try:
+async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    with own_broker(args.bootstrap, tmp) as (bootstrap, _):
         prefix = f"bench-ad-{int(time.time())}."
-        s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
-        await create_topics(s)
-        proc, _ = await asyncio.get_running_loop().run_in_executor(None, start_worker, bootstrap, prefix, tmp, "ad")
-        async with GatewayClient(settings=s, gateway_id="bench-adapters", timeout_s=10) as client:
-            for i in range(args.warmup):  # connections, the worker's first batches
-                await client.check("warmup", "read_file", args_of(i))
-            await client.end_run("warmup")
-            res = await measure(client, args.calls)
-        return {"benchmark": "adapters", "calls": args.calls, **res}
-    finally:
-        if proc is not None:
-            end(proc)
-        if broker:
-            localkafka.stop(broker)
+        s = await setup_topics_async(bootstrap, prefix)
+        worker = await asyncio.get_running_loop().run_in_executor(None, start_worker, bootstrap, prefix, tmp, "ad")
+        try:
+            async with GatewayClient(settings=s, gateway_id="bench-adapters", timeout_s=10) as client:
+                for i in range(args.warmup):  # connections, the worker's first batches
+                    await client.check("warmup", "read_file", args_of(i))
+                await client.end_run("warmup")
+                res = await measure(client, args.calls)
+            return {"benchmark": "adapters", "calls": args.calls, **res}
+        finally:
+            worker.stop()
 
 
 def main() -> None:

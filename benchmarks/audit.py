@@ -2,7 +2,7 @@
 
     python -m benchmarks.audit [--events 1000000] [--bootstrap HOST:PORT]
 
-Generates a fleet's events (benchmarks/trace.py), decides them offline with the replay
+Generates a fleet's events (streams/tools/trace.py), decides them offline with the replay
 command (timed: the file replay's speed), publishes the events (keyed by run) and those
 decisions (keyed by gateway, as a worker records them) to fresh topics in chunks, so a
 decision follows its event by well under a second, then times the audit command over
@@ -26,15 +26,14 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import NamedTuple
+from typing import IO, Any, NamedTuple
 
 import msgspec
 
-from benchmarks.kafka import own_broker, preload, publish
-from streams.admin.topics import create_topics
-from streams.kafka import settings as settings_mod
+from benchmarks.kafka import preload, publish
 from streams.kafka.producer import OutRecord
-from streams.tools import localkafka
+from streams.kafka.settings import Settings
+from streams.tools.harness import own_broker, setup_topics
 from streams.tools.launch import command
 from streams.tools.trace import CONFIG, generate
 
@@ -82,7 +81,7 @@ class Timed(NamedTuple):
     code: int
 
 
-def timed(cmd: list[str], stdout) -> Timed:
+def timed(cmd: list[str], stdout: IO[bytes] | int) -> Timed:
     """Wall time, peak memory and CPU time of a child process and the processes it
     starts (an audit in several shards). Memory is read from /proc while it runs (a
     fork's rusage would count the parent's pages): the total proportional set size
@@ -122,7 +121,7 @@ class _Recorded(msgspec.Struct):
     gateway_id: str
 
 
-async def load(bootstrap: str, s: settings_mod.Settings, lines: list[bytes], decisions: list[bytes]) -> None:
+async def load(bootstrap: str, s: Settings, lines: list[bytes], decisions: list[bytes]) -> None:
     """Events and their decisions, chunk by chunk (a decision lands right after its event)."""
     ids, recorded = msgspec.json.Decoder(_Ids), msgspec.json.Decoder(_Recorded)
     by_event: dict[str, tuple[bytes, bytes]] = {}
@@ -163,11 +162,9 @@ def main() -> None:
         replay_cmd = command("replay", "--config", str(cfg), "--input", str(src), "--output", str(out))
         replays = [timed(replay_cmd, subprocess.DEVNULL)]
         decisions = out.read_bytes().splitlines()
-        bootstrap, broker = own_broker(args.bootstrap, tmp, heap="768m")
-        try:
+        with own_broker(args.bootstrap, tmp, heap="768m") as (bootstrap, _):
             prefix = f"bench{uuid.uuid4().hex[:8]}."
-            s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
-            asyncio.run(create_topics(s))
+            s = setup_topics(bootstrap, prefix)
             t0 = time.perf_counter()
             asyncio.run(load(bootstrap, s, lines, decisions))
             load_s = time.perf_counter() - t0
@@ -184,13 +181,13 @@ def main() -> None:
                 *(["--grace", args.grace] if args.grace else []),
                 "--json",
             )
-            one = [*audit_cmd, "--jobs", "1"]
+            one_process = [*audit_cmd, "--jobs", "1"]
             runs: dict[str, list[Timed]] = {"replay": replays, "audit": [], "audit_one_process": []}
             # Rounds in rotating order (replay, audit, audit in one process; then audit,
             # ...): a busy spell of the machine falls on all alike; each one's best round
             # is kept.
-            summaries: dict[str, dict] = {}
-            order = [("audit", audit_cmd), ("audit_one_process", one), ("replay", replay_cmd)]
+            summaries: dict[str, dict[str, Any]] = {}
+            order = [("audit", audit_cmd), ("audit_one_process", one_process), ("replay", replay_cmd)]
             for r in range(args.rounds):
                 for name, cmd in order[r % 3 :] + order[: r % 3]:
                     if name == "replay":
@@ -200,12 +197,9 @@ def main() -> None:
                             runs[name].append(timed(cmd, f))
                         summaries[name] = json.loads(summary_path.read_text())
                         assert summaries[name]["matched"] == len(decisions), summaries[name]
-        finally:
-            if broker is not None:
-                localkafka.stop(broker)
     n = args.events
 
-    def best(name: str) -> dict:
+    def best(name: str) -> dict[str, Any]:
         got = runs[name]
         b = min(got)
         return {

@@ -15,7 +15,8 @@ import json
 import sys
 import time
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from streams.kafka import clients
+from streams.kafka import settings as settings_mod
 
 PAD = b"x" * 420  # a decision is about 600 bytes
 
@@ -23,22 +24,22 @@ PAD = b"x" * 420  # a decision is about 600 bytes
 async def main() -> None:
     bootstrap, src, dst, group = sys.argv[1:5]
     n = int(sys.argv[5]) if len(sys.argv) > 5 else None
-    c = AIOKafkaConsumer(
-        src, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", max_poll_records=500
-    )
-    p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
-    await c.start()
-    await p.start()
+    s = settings_mod.build({"bootstrap": bootstrap}, env={})
+    c = clients.consumer(s, group_id=group, auto_offset_reset="earliest", max_poll_records=500)
+    c.subscribe([src])
+    p = clients.producer(s, acks="all", enable_idempotence=True)
+    await clients.start(c, s)
+    await clients.start(p, s)
     while not c.assignment():  # joined the group
         await asyncio.sleep(0.05)
     print("ready", flush=True)
-    seen, t0 = 0, None
+    seen, t0 = 0, 0.0
     try:
         while True:
             batches = await c.getmany(timeout_ms=100, max_records=500)
             for msgs in batches.values():
                 for m in msgs:
-                    if t0 is None:
+                    if seen == 0:
                         t0 = time.time()
                     h = dict(m.headers or ())
                     await p.send(dst, key=h.get("gw", b"gw"), value=h.get("id", b"") + b"\n" + PAD)

@@ -36,51 +36,51 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import time
 from pathlib import Path
 from statistics import median
+from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.partitioner import murmur2
-
-from benchmarks.kafka import (
-    CONFIG,
-    KEEP_HELP,
-    end,
-    from_start,
-    own_broker,
-    preload,
-    scratch,
-    start_worker,
-    wait_for_count,
-)
+from benchmarks.kafka import preload, run_and_print
 from benchmarks.recovery import make_events
 from detectors import load_config
 from detectors.ingest import Folded, fold
-from streams.admin.topics import create_topics
 from streams.gateway.client import GatewayClient
-from streams.kafka import settings as settings_mod
-from streams.tools import localkafka
-from streams.tools.launch import health
+from streams.kafka import clients
+from streams.kafka.partitioner import partition_for
+from streams.kafka.settings import Settings
+from streams.tools.harness import (
+    KEEP_HELP,
+    WorkerProcess,
+    follow_arrivals,
+    own_broker,
+    percentile,
+    read_all_async,
+    setup_topics_async,
+    wait_assigned_async,
+    wait_for_count,
+)
+from streams.tools.trace import CONFIG
+from streams.worker.settings import WorkerSettings
+
+Workers = dict[int, WorkerProcess]
 
 
 class Load:
     """Tool calls at a steady rate over `runs` runs; every decision's arrival, by partition."""
 
-    def __init__(self, bootstrap: str, s: settings_mod.Settings, rate: float, runs: int = 600) -> None:
-        self.bootstrap, self.s, self.rate = bootstrap, s, rate
+    def __init__(self, s: Settings, rate: float, runs: int = 600) -> None:
+        self.s, self.rate = s, rate
         self.runs = [f"run-{i:05d}" for i in range(runs)]
-        self.part = {r: (murmur2(r.encode()) & 0x7FFFFFFF) % s.partitions for r in self.runs}
+        self.part = {r: partition_for(r.encode(), s.partitions) for r in self.runs}
         self.seq = dict.fromkeys(self.runs, 0)
         # partition -> [(arrival, monotonic; the event's ts, wall-clock ms)]
         self.arrivals: dict[int, list[tuple[float, int]]] = {p: [] for p in range(s.partitions)}
         self.stop = False
 
     async def produce(self) -> None:
-        p = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True, linger_ms=2)
-        await p.start()
-        try:
+        s = self.s
+        async with clients.opened(clients.producer(s, acks="all", enable_idempotence=True, linger_ms=2), s) as p:
             i, t0 = 0, time.monotonic()
             while not self.stop:
                 run = self.runs[i % len(self.runs)]
@@ -100,27 +100,13 @@ class Load:
                 delay = t0 + i / self.rate - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-        finally:
-            await p.stop()
 
     async def read(self) -> None:
-        c = AIOKafkaConsumer(
-            self.s.decisions_topic,
-            bootstrap_servers=self.bootstrap,
-            auto_offset_reset="latest",
-            enable_auto_commit=False,
-        )
-        await c.start()
-        try:
-            while not self.stop:
-                batch = await c.getmany(timeout_ms=100)
-                now = time.monotonic()
-                for msgs in batch.values():
-                    for m in msgs:
-                        d = json.loads(m.value)
-                        self.arrivals[self.part[d["run_id"]]].append((now, d["ts"]))
-        finally:
-            await c.stop()
+        def arrived(now: float, m: Any) -> None:
+            d = json.loads(m.value)
+            self.arrivals[self.part[d["run_id"]]].append((now, d["ts"]))
+
+        await follow_arrivals(self.s.bootstrap, self.s.decisions_topic, arrived, lambda: self.stop)
 
 
 def gaps(arrivals: list[tuple[float, int]], start: float, start_ms: int, stop: float) -> tuple[float | None, float]:
@@ -133,73 +119,71 @@ def gaps(arrivals: list[tuple[float, int]], start: float, start_ms: int, stop: f
     return first, longest
 
 
-async def run(args, tmp: Path) -> dict:
-    bootstrap, broker = own_broker(args.bootstrap, tmp, heap="768m")
-    procs: dict[int, tuple] = {}
-    try:
+async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    with own_broker(args.bootstrap, tmp, heap="768m") as (bootstrap, _):
         prefix = f"fo{os.getpid()}."
-        s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": args.partitions}, env={})
-        await create_topics(s)
-        extra = ["--partitions", str(args.partitions)]
-        if args.session_timeout_s:
-            extra += ["--session-timeout-s", str(args.session_timeout_s)]
+        s = await setup_topics_async(bootstrap, prefix, args.partitions)
+        extra = ["--session-timeout-s", str(args.session_timeout_s)] if args.session_timeout_s else []
         if args.standby_replicas is not None:
             extra += ["--standby-replicas", str(args.standby_replicas)]
+        workers: Workers = {
+            i: WorkerProcess(bootstrap, prefix, CONFIG, tmp, args.partitions, f"w{i}", extra, log_level="warning")
+            for i in range(args.workers)
+        }
         loop = asyncio.get_running_loop()
-        for i in range(args.workers):
-            procs[i] = await loop.run_in_executor(None, start_worker, bootstrap, prefix, tmp, f"w{i}", extra)
-        loaded = await load_active(bootstrap, s, args.active_runs)
-        if args.rolling:
-            restarts = await rolling(args, bootstrap, s, procs, prefix, tmp, extra)
-            return {
-                "benchmark": "rolling_restart",
-                "workers": args.workers,
-                "partitions": args.partitions,
-                "rate_per_s": args.rate,
-                "active_runs": loaded,
-                **restarts,
-            }
-        rounds = await kills(args, bootstrap, s, procs, prefix, tmp, extra)
-    finally:
-        for proc, _ in procs.values():
-            end(proc)
-        if broker:
-            localkafka.stop(broker)
+        try:
+            for w in workers.values():
+                await loop.run_in_executor(None, w.start)
+            loaded = await load_active(s, args.active_runs)
+            if args.rolling:
+                restarts = await rolling(args, s, workers)
+                return {
+                    "benchmark": "rolling_restart",
+                    "workers": args.workers,
+                    "partitions": args.partitions,
+                    "rate_per_s": args.rate,
+                    "active_runs": loaded,
+                    **restarts,
+                }
+            rounds = await kills(args, s, workers)
+        finally:
+            for w in workers.values():
+                w.stop()
     return summary(args, rounds, loaded)
 
 
-async def load_active(bootstrap: str, s: settings_mod.Settings, runs: int) -> dict | None:
+async def load_active(s: Settings, runs: int) -> dict[str, Any] | None:
     """`runs` open runs loaded through the workers (every call decided), or None."""
     if not runs:
         return None
     t = time.monotonic()
     lines, calls = make_events(runs, 2, 3)
-    await preload(bootstrap, s.events_topic, lines)
-    await wait_for_count(bootstrap, s.decisions_topic, calls, 1800, s.partitions)
+    await preload(s.bootstrap, s.events_topic, lines)
+    await wait_for_count(s.bootstrap, s.decisions_topic, calls, 1800)
     out = {"runs": runs, "events": len(lines), "tool_calls": calls, "load_s": round(time.monotonic() - t, 1)}
     print(json.dumps({"loaded": out}), flush=True)
     return out
 
 
-async def kills(args, bootstrap: str, s: settings_mod.Settings, procs: dict, prefix: str, tmp: Path, extra) -> list:
-    """The rounds of SIGKILL: one worker each, the load running throughout."""
+async def kills(args: argparse.Namespace, s: Settings, workers: Workers) -> list[dict[str, Any]]:
+    """The rounds of SIGKILL: one worker each, the load running throughout; the worker is
+    started again after each."""
     loop = asyncio.get_running_loop()
-    load = Load(bootstrap, s, args.rate)
+    load = Load(s, args.rate)
     tasks = [asyncio.ensure_future(load.produce()), asyncio.ensure_future(load.read())]
-    rounds = []
+    rounds: list[dict[str, Any]] = []
     try:
         for k in range(args.kills):
-            await settle(procs, args.partitions, 60)
+            await wait_assigned_async(list(workers.values()), args.partitions)
             await asyncio.sleep(8)
-            victim = k % args.workers
-            proc, port = procs[victim]
-            owned = (health(port) or {}).get("partitions", [])
+            victim = workers[k % args.workers]
+            owned = victim.partitions()
             killed_at, killed_ms = time.monotonic(), int(time.time() * 1000)
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            victim.kill()
             await asyncio.sleep(30)
             window_end = time.monotonic()
-            dead, others = {}, {}
+            dead: dict[int, float | None] = {}
+            others: dict[int, float] = {}
             for p, xs in load.arrivals.items():
                 first, longest = gaps(xs, killed_at, killed_ms, window_end)
                 if p in owned:
@@ -209,7 +193,7 @@ async def kills(args, bootstrap: str, s: settings_mod.Settings, procs: dict, pre
             resumed = [x for x in dead.values() if x is not None]
             rounds.append(
                 {
-                    "killed": f"w{victim}",
+                    "killed": f"w{k % args.workers}",
                     "dead_partitions": owned,
                     "resume_s": dead,
                     "failover_s": max(resumed) if resumed and len(resumed) == len(dead) else None,
@@ -217,7 +201,7 @@ async def kills(args, bootstrap: str, s: settings_mod.Settings, procs: dict, pre
                 }
             )
             print(json.dumps(rounds[-1]), flush=True)
-            procs[victim] = await loop.run_in_executor(None, start_worker, bootstrap, prefix, tmp, f"w{victim}", extra)
+            await loop.run_in_executor(None, victim.start)
     finally:
         load.stop = True
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -229,7 +213,7 @@ class Checks:
     flight at once, each run 12 calls in sequence (a call's result after its decision,
     then run_end); a quarter of the runs repeat one call, so warnings are decided too."""
 
-    def __init__(self, s: settings_mod.Settings, rate: float, agents: int = 32) -> None:
+    def __init__(self, s: Settings, rate: float, agents: int = 32) -> None:
         self.s, self.rate, self.agents = s, rate, agents
         self.waits: list[float] = []
         self.degraded = 0
@@ -237,16 +221,16 @@ class Checks:
 
     async def run(self) -> None:
         async with contextlib.AsyncExitStack() as stack:
-            clients = [
+            gateways = [
                 await stack.enter_async_context(
                     GatewayClient(settings=self.s, gateway_id=f"gw-roll-{i}", timeout_s=20.0)
                 )
                 for i in range(8)
             ]
             try:
-                await asyncio.gather(*(self._agent(a, clients[a % len(clients)]) for a in range(self.agents)))
+                await asyncio.gather(*(self._agent(a, gateways[a % len(gateways)]) for a in range(self.agents)))
             finally:
-                self.degraded = sum(c.degraded for c in clients)
+                self.degraded = sum(c.degraded for c in gateways)
 
     async def _agent(self, a: int, client: GatewayClient) -> None:
         interval = self.agents / self.rate
@@ -268,27 +252,27 @@ class Checks:
             n += 1
 
 
-async def rolling(args, bootstrap: str, s: settings_mod.Settings, procs: dict, prefix: str, tmp: Path, extra) -> dict:
+async def rolling(args: argparse.Namespace, s: Settings, workers: Workers) -> dict[str, Any]:
     """Each worker restarted in turn (SIGTERM, start again, group settled) under `Checks`."""
     loop = asyncio.get_running_loop()
     checks = Checks(s, args.rate)
     task = asyncio.ensure_future(checks.run())
     restarts = []
     try:
-        await settle(procs, args.partitions, 60)
+        await wait_assigned_async(list(workers.values()), args.partitions)
         await asyncio.sleep(8)
-        for i in range(args.workers):
-            proc, _port = procs[i]
+        for i, w in workers.items():
             t0 = time.monotonic()
-            await loop.run_in_executor(None, end, proc)
+            await loop.run_in_executor(None, w.stop)
             exited = time.monotonic() - t0
-            procs[i] = await loop.run_in_executor(None, start_worker, bootstrap, prefix, tmp, f"w{i}", extra)
-            await settle(procs, args.partitions, 120)
+            exit_code = w.proc.returncode if w.proc else None
+            await loop.run_in_executor(None, w.start)
+            await wait_assigned_async(list(workers.values()), args.partitions, 120)
             restarts.append(
                 {
                     "worker": f"w{i}",
                     "exit_s": round(exited, 2),
-                    "exit_code": proc.returncode,
+                    "exit_code": exit_code,
                     "settled_s": round(time.monotonic() - t0, 2),
                 }
             )
@@ -297,34 +281,25 @@ async def rolling(args, bootstrap: str, s: settings_mod.Settings, procs: dict, p
     finally:
         checks.stop = True
         await asyncio.wait_for(task, 60)
-    waits = sorted(checks.waits)
-    compared = await compare_offline(bootstrap, s)
+    waits = checks.waits
+    compared = await compare_offline(s)
+    p99 = percentile(waits, 99)
     return {
         "client_timeout_s": 20.0,
         "checks": len(waits),
-        "check_wait_max_s": round(waits[-1], 2) if waits else None,
-        "check_wait_p99_s": round(waits[int(0.99 * (len(waits) - 1))], 3) if waits else None,
+        "check_wait_max_s": round(max(waits), 2) if waits else None,
+        "check_wait_p99_s": round(p99, 3) if p99 is not None else None,
         "degraded": checks.degraded,
         "restarts": restarts,
         **compared,
     }
 
 
-async def read_all(bootstrap: str, topic: str, partitions: int) -> list:
-    """Every record of `topic`, partition by partition, each in offset order."""
-    async with from_start(bootstrap, topic, partitions) as (c, tps, ends):
-        out: dict = {tp: [] for tp in tps}
-        while any((out[tp][-1].offset + 1 if out[tp] else 0) < ends[tp] for tp in tps):
-            for tp, msgs in (await c.getmany(timeout_ms=500, max_records=10000)).items():
-                out[tp].extend(m for m in msgs if m.offset < ends[tp])
-        return [m for tp in tps for m in out[tp]]
-
-
-async def compare_offline(bootstrap: str, s: settings_mod.Settings) -> dict:
+async def compare_offline(s: Settings) -> dict[str, Any]:
     """The decisions topic against an offline fold of the events topic, per event_id."""
-    events = await read_all(bootstrap, s.events_topic, s.partitions)
+    events = await read_all_async(s.bootstrap, s.events_topic)
     published: dict[str, list[bytes]] = {}
-    for m in await read_all(bootstrap, s.decisions_topic, s.partitions):
+    for m in await read_all_async(s.bootstrap, s.decisions_topic):
         published.setdefault(json.loads(m.value)["event_id"], []).append(m.value)
     offline: dict[str, bytes] = {}
     for f in fold(((m.offset, m.key, m.value) for m in events), load_config(json.dumps(CONFIG))):
@@ -346,7 +321,7 @@ async def compare_offline(bootstrap: str, s: settings_mod.Settings) -> dict:
     }
 
 
-def summary(args, rounds: list, loaded: dict | None) -> dict:
+def summary(args: argparse.Namespace, rounds: list[dict[str, Any]], loaded: dict[str, Any] | None) -> dict[str, Any]:
     fo = [r["failover_s"] for r in rounds]
     ok = [x for x in fo if x is not None]
     others = [r["others_longest_gap_s"] for r in rounds if r["others_longest_gap_s"] is not None]
@@ -355,10 +330,10 @@ def summary(args, rounds: list, loaded: dict | None) -> dict:
         "workers": args.workers,
         "partitions": args.partitions,
         "rate_per_s": args.rate,
-        "session_timeout_s": args.session_timeout_s or settings_mod.Settings().session_timeout_s,
+        "session_timeout_s": args.session_timeout_s or WorkerSettings().session_timeout_s,
         "standby_replicas": args.standby_replicas
         if args.standby_replicas is not None
-        else settings_mod.Settings().standby_replicas,
+        else WorkerSettings().standby_replicas,
         "active_runs": loaded,
         "kills": len(rounds),
         "failover_s_median": round(median(ok), 2) if ok else None,
@@ -367,18 +342,6 @@ def summary(args, rounds: list, loaded: dict | None) -> dict:
         "others_longest_gap_s_max": max(others) if others else None,
         "rounds": rounds,
     }
-
-
-async def settle(procs: dict, partitions: int, timeout: float) -> None:
-    """Until every worker is healthy and together they own every partition."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        hs = [health(port) for _, port in procs.values()]
-        owned = sorted(p for h in hs if h for p in h.get("partitions", []))
-        if all(h and h["status"] == "ok" for h in hs) and owned == list(range(partitions)):
-            return
-        await asyncio.sleep(0.5)
-    raise RuntimeError("the workers did not settle")
 
 
 def main() -> None:
@@ -403,9 +366,7 @@ def main() -> None:
     )
     ap.add_argument("--keep", action="store_true", help=KEEP_HELP)
     args = ap.parse_args()
-    with scratch("loopwarden-failover-", args.keep) as tmp:
-        result = asyncio.run(run(args, tmp))
-    print(json.dumps(result, indent=2))
+    run_and_print("loopwarden-failover-", args, run)
 
 
 if __name__ == "__main__":

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import gc
 import sys
+from typing import Any
 
 import faust
-from aiokafka import AIOKafkaProducer
 
 from benchmarks.echo_responder import PAD
+from streams.kafka import clients
+from streams.kafka import settings as settings_mod
 
 
-def bare_app(bootstrap: str, app_id: str, datadir: str) -> faust.App:
+def bare_app(bootstrap: str, app_id: str, datadir: str) -> Any:
     """A Faust app with nothing but its consumer: no web server, no store on disk (the
     benchmarks' do-nothing agents). `datadir`: the folder Faust keeps its own files in (the
-    benchmark's temporary folder, removed with it)."""
+    benchmark's temporary folder, removed with it). Any: Faust's decorators and signals are
+    untyped."""
     return faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
@@ -35,30 +38,37 @@ def bare_app(bootstrap: str, app_id: str, datadir: str) -> faust.App:
     )
 
 
-def main() -> None:
-    bootstrap, src, dst, app_id, datadir = sys.argv[1:6]
-    app = bare_app(bootstrap, app_id, datadir)
-    topic = app.topic(src, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
-    state: dict = {}
+def announce_ready(app: Any) -> None:
+    """Print `ready` once the app has its partitions (what the benchmark waits for)."""
+    state = {"ready": False}
 
     @app.timer(0.2)
     async def announce() -> None:
-        if app.consumer.assignment() and not state.get("ready"):
+        if app.consumer.assignment() and not state["ready"]:
             state["ready"] = True
             gc.collect()  # as the loopwarden worker does once started
             gc.freeze()
             print("ready", flush=True)
 
+
+def raw_topic(app: Any, name: str) -> Any:
+    """A topic of the app whose keys and values are bytes, as they are on the broker."""
+    return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
+
+
+def main() -> None:
+    bootstrap, src, dst, app_id, datadir = sys.argv[1:6]
+    app = bare_app(bootstrap, app_id, datadir)
+    topic = raw_topic(app, src)
+    announce_ready(app)
+
     @app.agent(topic, concurrency=1)
-    async def echo(stream):
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
-        await producer.start()
-        try:
+    async def echo(stream: Any) -> None:
+        s = settings_mod.build({"bootstrap": bootstrap}, env={})
+        async with clients.opened(clients.producer(s, acks="all", enable_idempotence=True), s) as producer:
             async for event in stream.events():
                 h = dict(event.message.headers or ())
                 await producer.send(dst, key=h.get("gw", b"gw"), value=h.get("id", b"") + b"\n" + PAD)
-        finally:
-            await producer.stop()
 
     worker = faust.Worker(app, loglevel="warning", quiet=True, redirect_stdouts=False)
     worker.spinner = None

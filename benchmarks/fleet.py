@@ -24,17 +24,25 @@ import argparse
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.partitioner import murmur2
-
-from benchmarks.kafka import KEEP_HELP, end, own_broker, pct, scratch, spawn
 from streams.admin import fleet_topic
-from streams.admin.topics import create_topics
-from streams.kafka import settings as settings_mod
-from streams.tools import localkafka
-from streams.tools.launch import command, health
+from streams.kafka import clients
+from streams.kafka.partitioner import partition_for
+from streams.kafka.settings import Settings
+from streams.tools.harness import (
+    KEEP_HELP,
+    WorkerProcess,
+    cpu_seconds,
+    follow_arrivals,
+    own_broker,
+    percentile,
+    scratch,
+    setup_topics_async,
+    wait_assigned_async,
+)
 
 MIN_RUNS = 3
 CONFIG = {
@@ -47,11 +55,10 @@ PROBE_EVERY_S = 0.02
 
 
 class Bench:
-    def __init__(self, bootstrap: str, s: settings_mod.Settings, owners: dict[int, int]) -> None:
-        self.bootstrap, self.s, self.owners = bootstrap, s, owners  # partition -> worker index
-        self.arrived: dict[str, tuple[float, dict]] = {}  # event_id -> (arrival, decision)
-        self.waiters: dict[str, asyncio.Event] = {}
-        self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+    def __init__(self, s: Settings, owners: dict[int, int]) -> None:
+        self.s, self.owners = s, owners  # partition -> worker index
+        self.arrived: dict[str, tuple[float, dict[str, Any]]] = {}  # event_id -> (arrival, decision)
+        self.producer = clients.producer(s, acks="all", linger_ms=0)
         self.seq = 0
         self.stop = False
 
@@ -60,33 +67,26 @@ class Bench:
         i = 0
         while True:
             run = f"{stem}-{i}"
-            if self.owners.get((murmur2(run.encode()) & 0x7FFFFFFF) % self.s.partitions) == worker:
+            if self.owners.get(partition_for(run.encode(), self.s.partitions)) == worker:
                 return run
             i += 1
 
-    async def send(self, ev: dict) -> str:
+    async def send(self, ev: dict[str, Any]) -> str:
         self.seq += 1
         ev = {"seq": self.seq, "gateway_id": "gw-bench", "ts": int(time.time() * 1000), **ev}
         await (await self.producer.send(self.s.events_topic, key=ev["run_id"].encode(), value=json.dumps(ev).encode()))
         return f"{ev['run_id']}:{ev['seq']}"
 
     async def read(self) -> None:
-        c = AIOKafkaConsumer(self.s.decisions_topic, bootstrap_servers=self.bootstrap, auto_offset_reset="latest")
-        await c.start()
-        try:
-            while not self.stop:
-                for msgs in (await c.getmany(timeout_ms=100)).values():
-                    now = time.monotonic()
-                    for m in msgs:
-                        d = json.loads(m.value)
-                        self.arrived[d["event_id"]] = (now, d)
-        finally:
-            await c.stop()
+        def arrived(now: float, m: Any) -> None:
+            d = json.loads(m.value)
+            self.arrived[d["event_id"]] = (now, d)
+
+        await follow_arrivals(self.s.bootstrap, self.s.decisions_topic, arrived, lambda: self.stop)
 
     async def load(self, rate: float) -> None:
-        p = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=2)
-        await p.start()
-        try:
+        s = self.s
+        async with clients.opened(clients.producer(s, acks="all", linger_ms=2), s) as p:
             i, t0 = 0, time.monotonic()
             while not self.stop:
                 run = f"other-{i % 500}"
@@ -97,10 +97,15 @@ class Bench:
                 delay = t0 + i / rate - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-        finally:
-            await p.stop()
 
-    async def probe_until(self, runs: list[str], make, detector: str, since: float, timeout: float = 30) -> list[float]:
+    async def probe_until(
+        self,
+        runs: list[str],
+        make: Callable[[str], dict[str, Any]],
+        detector: str,
+        since: float,
+        timeout: float = 30,
+    ) -> list[float]:
         """Probe each run until its worker answers with `detector`; seconds from `since`."""
         got: dict[str, float] = {}
         sent: dict[str, list[str]] = {r: [] for r in runs}
@@ -161,81 +166,66 @@ class Bench:
         )
 
 
-def summary(xs: list[float]) -> dict:
-    # pct (benchmarks.kafka) gives milliseconds of values in seconds
+def summary(xs: list[float]) -> dict[str, Any]:
+    """Seconds as milliseconds, to a tenth: p50, p99 (harness.percentile) and max."""
     return {
         "n": len(xs),
-        "p50_ms": round(pct(xs, 0.5), 1),
-        "p99_ms": round(pct(xs, 0.99), 1),
+        **{f"p{p}_ms": round((percentile(xs, p) or 0.0) * 1000, 1) for p in (50, 99)},
         "max_ms": round(max(xs) * 1000, 1),
     }
 
 
-def cpu_of(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        parts = f.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / 100.0
+async def main_async(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    with own_broker(args.bootstrap, tmp) as (bootstrap, _):
+        prefix = f"bfl{int(time.time())}."
+        s = await setup_topics_async(bootstrap, prefix, args.partitions)
+        workers = [
+            WorkerProcess(bootstrap, prefix, CONFIG, tmp, args.partitions, f"w{i}", log_level="warning")
+            for i in range(args.workers)
+        ]
+        try:
+            for w in workers:
+                w.start(wait=False)
+            owners = await wait_assigned_async(workers, args.partitions, 120)
+            return await trials(args, s, workers, owners)
+        finally:
+            for w in workers:
+                w.stop()
 
 
-async def main_async(args: argparse.Namespace, tmp: Path) -> dict:
-    bootstrap, broker = own_broker(args.bootstrap, tmp)
-    prefix = f"bfl{int(time.time())}."
-    s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": args.partitions}, env={})
-    await create_topics(s)
-    (tmp / "config.json").write_text(json.dumps(CONFIG))
-    procs, ports = [], []
-    try:
-        for i in range(args.workers):
-            port = localkafka.free_port()
-            flags = ["--bootstrap", bootstrap, "--topic-prefix", prefix, "--partitions", str(args.partitions)]
-            flags += ["--config", str(tmp / "config.json"), "--data-dir", str(tmp / f"d{i}"), "--web-port", str(port)]
-            procs.append(spawn(command("worker", *flags), tmp / f"worker-{i}.log"))
-            ports.append(port)
-        deadline = time.monotonic() + 120
-        owners: dict[int, int] = {}
-        while time.monotonic() < deadline:
-            hs = [health(p) or {} for p in ports]
-            owners = {p: i for i, h in enumerate(hs) for p in h.get("partitions", [])}
-            if all(h.get("status") == "ok" for h in hs) and len(owners) == args.partitions:
-                if all(any(o == i for o in owners.values()) for i in range(args.workers)):
-                    break
-            await asyncio.sleep(0.5)
-        else:
-            raise RuntimeError(f"the workers did not settle: see {tmp}")
-        bench = Bench(bootstrap, s, owners)
-        await bench.producer.start()
-        reader = asyncio.create_task(bench.read())
-        loader = asyncio.create_task(bench.load(args.rate))
-        await asyncio.sleep(3)  # the load runs; the reader is at the end of the decisions
-        cpu0 = {"workers": [cpu_of(p.pid) for p in procs]}
-        t0 = time.monotonic()
-        breaker, stops = [], []
-        for k in range(args.trials):
-            breaker += await bench.breaker_trial(k, args.workers)
-            stops += await bench.stop_trial(k, args.workers)
-        wall = time.monotonic() - t0
-        cores = [round((cpu_of(p.pid) - c) / wall, 2) for p, c in zip(procs, cpu0["workers"], strict=True)]
-        bench.stop = True
-        await asyncio.gather(reader, loader)
-        await bench.producer.stop()
-        with open("/proc/loadavg") as f:
-            load = f.read().split()[:3]
-        return {
-            "workers": args.workers,
-            "partitions": args.partitions,
-            "other_traffic_calls_per_s": args.rate,
-            "trials": args.trials,
-            "breaker_open_to_first_block": summary(breaker),
-            "stop_return_to_first_abort": summary(stops),
-            "probe_interval_s": PROBE_EVERY_S,
-            "worker_cores_used": cores,
-            "load_average_after": load,
-        }
-    finally:
-        for p in procs:
-            end(p)
-        if broker is not None:
-            localkafka.stop(broker)
+async def trials(
+    args: argparse.Namespace, s: Settings, workers: list[WorkerProcess], owners: dict[int, int]
+) -> dict[str, Any]:
+    bench = Bench(s, owners)
+    await clients.start(bench.producer, s)
+    reader = asyncio.create_task(bench.read())
+    loader = asyncio.create_task(bench.load(args.rate))
+    await asyncio.sleep(3)  # the load runs; the reader is at the end of the decisions
+    cpu0 = [cpu_seconds(w.pid) for w in workers]
+    t0 = time.monotonic()
+    breaker: list[float] = []
+    stops: list[float] = []
+    for k in range(args.trials):
+        breaker += await bench.breaker_trial(k, args.workers)
+        stops += await bench.stop_trial(k, args.workers)
+    wall = time.monotonic() - t0
+    cores = [round((cpu_seconds(w.pid) - c) / wall, 2) for w, c in zip(workers, cpu0, strict=True)]
+    bench.stop = True
+    await asyncio.gather(reader, loader)
+    await bench.producer.stop()
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
+    return {
+        "workers": args.workers,
+        "partitions": args.partitions,
+        "other_traffic_calls_per_s": args.rate,
+        "trials": args.trials,
+        "breaker_open_to_first_block": summary(breaker),
+        "stop_return_to_first_abort": summary(stops),
+        "probe_interval_s": PROBE_EVERY_S,
+        "worker_cores_used": cores,
+        "load_average_after": load,
+    }
 
 
 def main() -> None:

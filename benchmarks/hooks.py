@@ -38,81 +38,17 @@ import sys
 import threading
 import time
 import tomllib
-import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.kafka import KEEP_HELP, scratch
+from benchmarks.kafka import start_worker
 from streams.hooks.runtimes import RUNTIMES
 from streams.kafka import settings as settings_mod
-from streams.tools.launch import Worker, command, stop_process
-from streams.tools.localkafka import free_port
-
-ROOT = Path(__file__).resolve().parents[1]
-HOOK = Path(sys.executable).parent / "loopwarden-hook"
-
-
-class SidecarProcess:
-    """`loopwarden hooks serve` as a child process on a free port (or `port`)."""
-
-    def __init__(
-        self,
-        bootstrap: str,
-        prefix: str,
-        gateway_id: str,
-        log: Path,
-        timeout_s: float = 2.0,
-        extra: tuple[str, ...] = (),
-        port: int | None = None,
-    ) -> None:
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        self.argv = command(
-            "hooks",
-            "serve",
-            "--bootstrap",
-            bootstrap,
-            "--topic-prefix",
-            prefix,
-            "--listen",
-            f"127.0.0.1:{self.port}",
-            "--gateway-id",
-            gateway_id,
-            "--timeout-s",
-            str(timeout_s),
-            *extra,
-        )
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, timeout: float = 60.0) -> SidecarProcess:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        deadline = time.monotonic() + timeout
-        while self.health() is None:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the sidecar did not start:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.2)
-        return self
-
-    def health(self) -> dict | None:
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
-                return json.loads(r.read())
-        except (OSError, ValueError):
-            return None
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc, 20)
+from streams.tools.harness import HOOK, KEEP_HELP, SidecarProcess, percentiles, rss_kib, scratch, setup_topics
+from streams.tools.launch import command
 
 
 def call_payload(session: str, i: int, runtime: str = "claude-code") -> bytes:
@@ -121,7 +57,7 @@ def call_payload(session: str, i: int, runtime: str = "claude-code") -> bytes:
     pre-tool-use.command.input schema), Gemini CLI's BeforeTool (docs/hooks/reference.md)."""
     command_ = {"command": f"pytest -k case{i}"}
     if runtime == "gemini-cli":
-        data: dict = {"session_id": session, "transcript_path": None, "cwd": "/home/user/bench"}
+        data: dict[str, Any] = {"session_id": session, "transcript_path": None, "cwd": "/home/user/bench"}
         data |= {"hook_event_name": "BeforeTool", "timestamp": "2026-08-01T12:00:00.000Z"}
         return json.dumps({**data, "tool_name": "run_shell_command", "tool_input": command_}).encode()
     data = {"session_id": session, "transcript_path": None, "cwd": "/home/user/bench", "permission_mode": "default"}
@@ -131,13 +67,8 @@ def call_payload(session: str, i: int, runtime: str = "claude-code") -> bytes:
     return json.dumps(data).encode()
 
 
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return round(s[min(len(s) - 1, int(q * len(s)))], 2)
-
-
-def summary(ms: list[float]) -> dict:
-    return {"p50": pct(ms, 0.50), "p99": pct(ms, 0.99), "max": round(max(ms), 2), "n": len(ms)}
+def summary(ms: list[float]) -> dict[str, Any]:
+    return percentiles(ms, (50, 99))
 
 
 def http_post(port: int, path: str, body: bytes) -> int:
@@ -150,7 +81,9 @@ def http_post(port: int, path: str, body: bytes) -> int:
     return int(raw.split(b" ", 2)[1])
 
 
-async def check_and_http(s: settings_mod.Settings, port: int, n: int, rate: float) -> tuple[list, list, int, list]:
+async def check_and_http(
+    s: settings_mod.Settings, port: int, n: int, rate: float
+) -> tuple[list[float], list[float], int, list[int]]:
     """`n` calls by `GatewayClient.check` and `n` through the sidecar's HTTP path, taking
     turns at `rate` calls/s from one event loop, so both meet the same load: (check ms,
     HTTP ms, checks without a decision, HTTP statuses)."""
@@ -168,7 +101,10 @@ async def check_and_http(s: settings_mod.Settings, port: int, n: int, rate: floa
         run_id, session = f"check-{uuid.uuid4().hex[:8]}", f"http-{uuid.uuid4().hex[:8]}"
         await client.check(run_id, "exec", {"command": "warm up"})
         await post(call_payload(session, -1))
-        checks, http, degraded, statuses = [], [], 0, []
+        checks: list[float] = []
+        http: list[float] = []
+        statuses: list[int] = []
+        degraded = 0
         start = time.monotonic()
         for i in range(2 * n):
             delay = start + i / rate - time.monotonic()
@@ -186,20 +122,15 @@ async def check_and_http(s: settings_mod.Settings, port: int, n: int, rate: floa
     return checks, http, degraded, statuses
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for {pid}")
-
-
-def soak(sidecar: SidecarProcess, seconds: float, rate: float) -> dict:
+def soak(sidecar: SidecarProcess, seconds: float, rate: float) -> dict[str, Any]:
     """Hook traffic through the sidecar for `seconds` at `rate` requests/s, from one
     thread: sessions of 20 Claude Code calls, each with its PostToolUse (a third of
     them repeat one call, so they are warned and denied), then SessionEnd; a new
     session id each time. The sidecar's RSS sampled every 30 s."""
     assert sidecar.proc is not None
-    samples, start, n, statuses = [], time.monotonic(), 0, Counter()
+    samples: list[dict[str, Any]] = []
+    statuses: Counter[int] = Counter()
+    start, n = time.monotonic(), 0
     next_sample = start
     while (now := time.monotonic()) - start < seconds:
         if now >= next_sample:
@@ -275,7 +206,7 @@ class Checker:
         self.loop.close()
 
 
-def timed_runtime(runtime: str, hook: list[str], samples: int, checker: Checker) -> dict:
+def timed_runtime(runtime: str, hook: list[str], samples: int, checker: Checker) -> dict[str, Any]:
     """`samples` rounds of: the installed hook, `true`, `python -c pass`, the Python hook
     and `check`, one after another, each on a call not seen before (allowed)."""
     session, python_session = f"hook-{uuid.uuid4().hex[:8]}", f"pyhook-{uuid.uuid4().hex[:8]}"
@@ -283,7 +214,7 @@ def timed_runtime(runtime: str, hook: list[str], samples: int, checker: Checker)
     python_hook = [str(HOOK), *hook[1:]]
     times: dict[str, list[float]] = {"hook": [], "true": [], "python_pass": [], "python_hook": [], "check": []}
     not_allowed = {"hook": 0, "python_hook": 0, "check": 0}
-    programs = [
+    programs: list[tuple[str, list[str], Callable[[int], bytes]]] = [
         ("hook", hook, lambda i: call_payload(session, i, runtime)),
         ("true", ["true"], lambda i: b""),
         ("python_pass", [sys.executable, "-c", "pass"], lambda i: b""),
@@ -326,28 +257,17 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if not args.bootstrap:
         sys.exit("give --bootstrap (or LOOPWARDEN_TEST_BOOTSTRAP)")
-    from streams.admin.topics import create_topics
-
     prefix = f"bh{uuid.uuid4().hex[:8]}."
-    s = settings_mod.build({"bootstrap": args.bootstrap, "topic_prefix": prefix}, env={})
-    asyncio.run(create_topics(s))
+    s = setup_topics(args.bootstrap, prefix)
     with scratch("bench-hooks-", args.keep) as tmp:
         _measure(args, s, prefix, tmp)
 
 
 def _measure(args: argparse.Namespace, s: settings_mod.Settings, prefix: str, tmp: Path) -> None:
     loadavg_before = [round(x, 2) for x in os.getloadavg()]
-    (tmp / "config.json").write_text(json.dumps({"tools": {"loopDetection": {"enabled": True}}}))
-    worker = Worker(
-        ["--bootstrap", args.bootstrap, "--topic-prefix", prefix, "--config", str(tmp / "config.json")]
-        + ["--data-dir", str(tmp / "data")],
-        tmp / "worker.log",
-        port=free_port(),
-        cwd=ROOT,
-    )
     sidecar = SidecarProcess(args.bootstrap, prefix, "bench-hooks", tmp / "sidecar.log")
+    worker = start_worker(args.bootstrap, prefix, tmp, "hooks")
     try:
-        worker.start()
         sidecar.start()
         if args.soak:
             print(

@@ -37,51 +37,77 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import gc
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from statistics import median
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
-from streams.admin.topics import create_topics
 from streams.gateway.client import GatewayClient, partition_for
-from streams.kafka import ranges
-from streams.kafka import settings as settings_mod
+from streams.kafka import clients
 from streams.kafka.producer import BatchProducer, OutRecord
-from streams.tools import localkafka
-from streams.tools.launch import Worker, stop_process
-from streams.tools.trace import generate
+from streams.tools.harness import (
+    KEEP_HELP,
+    WorkerProcess,
+    cpu_seconds,
+    following,
+    own_broker,
+    percentiles,
+    read_all_async,
+    scratch,
+    setup_topics_async,
+    topic_settings,
+    wait_assigned_async,
+    wait_for_count,
+)
+from streams.tools.launch import stop_process
+from streams.tools.trace import CONFIG, generate
 
 ROOT = Path(__file__).resolve().parents[1]
 GATEWAYS = 8
-CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+Rounds = list[list[float]]  # a series' latencies in seconds, round by round
+Figures = list[dict[str, Any]]  # a responder's or a worker's figures, round by round
+Variants = dict[str, tuple[Path | None, dict[str, str]]]  # name -> (source tree, environment)
 
 
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return round(xs[min(len(xs) - 1, int(p * len(xs)))] * 1000, 2)
+def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """A helper process (a responder, a no-op agent): its stdout piped (it prints `ready`
+    and its result there), its stderr to `log`."""
+    with open(log, "wb") as err:
+        return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, cwd=ROOT, start_new_session=True)
 
 
-def spawn(args: list[str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(log, "wb"), cwd=ROOT, start_new_session=True)
-
-
-def end(proc: subprocess.Popen) -> None:
+def end(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM, SIGKILL after 20 s (streams/tools/launch.py)."""
     stop_process(proc)
 
 
-def params_of(i: int) -> dict:
+def run_and_print(
+    prefix: str,
+    args: argparse.Namespace,
+    measure: Callable[[argparse.Namespace, Path], Coroutine[Any, Any, dict[str, Any]]],
+) -> None:
+    """`measure(args, tmp)` in a scratch folder of its own (kept with --keep, or when it
+    fails: the logs are there); its result printed as JSON."""
+    with scratch(prefix, args.keep) as tmp:
+        result = asyncio.run(measure(args, tmp))
+    print(json.dumps(result, indent=2))
+
+
+async def read_line(proc: subprocess.Popen[bytes], timeout: float) -> bytes:
+    """The next line a helper process prints (read in a thread)."""
+    assert proc.stdout is not None
+    return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, proc.stdout.readline), timeout)
+
+
+def params_of(i: int) -> dict[str, Any]:
     return {
         "path": f"/workspace/src/module_{i % 97}/file_{i}.py",
         "query": "def handler(request): " + "x" * 120,
@@ -89,7 +115,9 @@ def params_of(i: int) -> dict:
     }
 
 
-async def paced(rate: float, seconds: float, call, warmup: float = 3.0) -> list[float]:
+async def paced(
+    rate: float, seconds: float, call: Callable[[int], Awaitable[object]], warmup: float = 3.0
+) -> list[float]:
     """Open loop: start call(i) every 1/rate s, each awaiting its own answer; latencies of
     the calls started after `warmup` seconds. One continuous stream: a pause between
     warm-up and measurement would make the first measured calls start from idle.
@@ -99,13 +127,14 @@ async def paced(rate: float, seconds: float, call, warmup: float = 3.0) -> list[
     would stall every call in flight and show in the tail of whatever series is running.
     The processes measured (responders, workers) keep theirs."""
     lat: list[float] = []
-    pending: set[asyncio.Task] = set()
+    pending: set[asyncio.Task[None]] = set()
     failed: list[BaseException] = []
 
-    def finished(task: asyncio.Task) -> None:
+    def finished(task: asyncio.Task[None]) -> None:
         pending.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            failed.append(task.exception())
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
+            failed.append(exc)
 
     gc.collect()
     gc.disable()
@@ -138,10 +167,9 @@ async def paced(rate: float, seconds: float, call, warmup: float = 3.0) -> list[
     return lat
 
 
-async def wait_ready(proc: subprocess.Popen, what: str, log: Path) -> None:
+async def wait_ready(proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
     """Until a responder prints `ready` (it has joined its group and has its partitions)."""
-    line = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, proc.stdout.readline), 90)
-    if line.strip() != b"ready":
+    if (await read_line(proc, 90)).strip() != b"ready":
         raise RuntimeError(f"{what} did not start; see {log}")
 
 
@@ -152,7 +180,7 @@ async def echo_latency(
     tmp: Path,
     responder: str = "bare",
     producers: int = GATEWAYS,
-    stats: list | None = None,
+    stats: Figures | None = None,
 ) -> list[float]:
     """The request-reply floor: `producers` producers (one per gateway, as each GatewayClient
     has its own; 1 lets the gateways share one, which a fleet cannot), one consumer per
@@ -160,8 +188,7 @@ async def echo_latency(
     a bare aiokafka loop ("bare") or a Faust agent ("faust"). Appends to `stats` the CPU
     the responder used per call (µs, over the whole open loop)."""
     prefix = f"bench-echo-{uuid.uuid4().hex[:6]}."
-    s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
-    await create_topics(s)
+    s = await setup_topics_async(bootstrap, prefix)
     req, rep = s.events_topic, s.decisions_topic
     module = {"bare": "benchmarks.echo_responder", "faust": "benchmarks.faust_echo"}[responder]
     log = tmp / f"echo-{responder}.log"
@@ -171,32 +198,47 @@ async def echo_latency(
     proc = spawn(argv, log)
     try:
         await wait_ready(proc, f"the {responder} echo responder", log)
-        waiting: dict[bytes, asyncio.Future] = {}
-        senders = [
-            AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True) for _ in range(producers)
-        ]
-        for p in senders:
-            await p.start()
-        consumers = []
-        for g in range(GATEWAYS):
-            gw = f"sim-gw-{g:02d}"
-            c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100)
-            await c.start()
-            tp = TopicPartition(rep, partition_for(gw, 8))
-            c.assign([tp])
-            await c.seek_to_end(tp)
-            await c.position(tp)
-            consumers.append(c)
+        async with contextlib.AsyncExitStack() as stack:
+            senders = [
+                await stack.enter_async_context(
+                    clients.opened(clients.producer(s, acks="all", enable_idempotence=True), s)
+                )
+                for _ in range(producers)
+            ]
+            decisions = [  # each gateway's decisions partition, from its end now
+                await stack.enter_async_context(
+                    following(bootstrap, rep, partitions=[partition_for(f"sim-gw-{g:02d}", 8)], fetch_max_wait_ms=100)
+                )
+                for g in range(GATEWAYS)
+            ]
+            return await echo_calls(proc, senders, decisions, req, rate, seconds, producers, stats)
+    finally:
+        end(proc)
 
-        async def read(c):
-            while True:
-                for msgs in (await c.getmany(timeout_ms=500)).values():
-                    for m in msgs:
-                        f = waiting.pop(m.value.split(b"\n", 1)[0], None)
-                        if f and not f.done():
-                            f.set_result(None)
 
-        readers = [asyncio.create_task(read(c)) for c in consumers]
+async def echo_calls(
+    proc: subprocess.Popen[bytes],
+    senders: list[Any],
+    decisions: Sequence[Any],
+    req: str,
+    rate: float,
+    seconds: float,
+    producers: int,
+    stats: Figures | None,
+) -> list[float]:
+    """The echo's open loop: each call sent by its gateway's producer, answered when its
+    reply is read from the gateway's decisions partition (`decisions`: a Range each)."""
+    waiting: dict[bytes, asyncio.Future[None]] = {}
+
+    async def read(r: Any) -> None:
+        while True:
+            for m in await r.chunk(timeout_ms=500):
+                f = waiting.pop(m.value.split(b"\n", 1)[0], None)
+                if f and not f.done():
+                    f.set_result(None)
+
+    readers = [asyncio.create_task(read(r)) for r in decisions]
+    try:
         # A request of the size a privacy-mode tool_call has on the wire.
         body = json.dumps(
             {
@@ -226,15 +268,11 @@ async def echo_latency(
         lat = await paced(rate, seconds, call)
         if stats is not None:
             stats.append({"cpu_us_per_event": round((cpu_seconds(proc.pid) - cpu0) / (rate * (seconds + 3)) * 1e6)})
-        for r in readers:
-            r.cancel()
-        for c in consumers:
-            await c.stop()
-        for p in senders:
-            await p.stop()
         return lat
     finally:
-        end(proc)
+        for t in readers:
+            t.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
 
 
 def start_worker(
@@ -242,53 +280,21 @@ def start_worker(
     prefix: str,
     tmp: Path,
     name: str,
-    extra=(),
+    extra: Sequence[str] = (),
     tree: Path | None = None,
     env: dict[str, str] | None = None,
-) -> tuple[subprocess.Popen, int]:
-    """A healthy worker on the topics under `prefix` with CONFIG: (its process, its web port).
-    `tree`: run it from that directory (its `streams` package); `env`: extra variables."""
-    cfg = tmp / "config.json"
-    cfg.write_text(json.dumps(CONFIG))
-    w = Worker(worker_flags(bootstrap, prefix, tmp, name, list(extra)), tmp / f"worker-{name}.log", cwd=tree or ROOT)
-    saved = {k: os.environ.get(k) for k in env or {}}
-    os.environ.update(env or {})  # the child inherits them when it is spawned
-    try:
-        w.start()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    assert w.proc is not None
-    return w.proc, w.port
-
-
-def worker_metric(port: int, name: str) -> float:
-    """One unlabelled sample of the worker's /metrics (0.0 when absent)."""
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    return 0.0
-
-
-def worker_flags(bootstrap: str, prefix: str, tmp: Path, name: str, extra: list[str]) -> list[str]:
-    """The worker's flags start_worker gives (its config file is tmp/config.json)."""
-    return [
-        "--bootstrap",
-        bootstrap,
-        "--topic-prefix",
-        prefix,
-        "--config",
-        str(tmp / "config.json"),
-        "--data-dir",
-        str(tmp / f"data-{name}"),
-        *extra,
-    ]
+    partitions: int = 8,
+    wait: bool = True,
+    config: Mapping[str, Any] = CONFIG,
+) -> WorkerProcess:
+    """A worker on the topics under `prefix` with `config` and the worker's own log level,
+    healthy on return unless `wait` is false. `tree`: run it from that directory (its
+    `streams` package); `env`: extra variables for it."""
+    w = WorkerProcess(
+        bootstrap, prefix, config, tmp, partitions, name, extra, env=env, cwd=tree or ROOT, log_level="warning"
+    )
+    w.start(wait=wait)
+    return w
 
 
 async def loopwarden_latency(
@@ -296,16 +302,15 @@ async def loopwarden_latency(
     rate: float,
     seconds: float,
     tmp: Path,
-    stats: list | None = None,
+    stats: Figures | None = None,
     tree: Path | None = None,
     env: dict[str, str] | None = None,
 ) -> list[float]:
     """GatewayClient.check through a worker; appends to `stats` the CPU the worker used per
     event (µs, over the whole open loop, warm-up included) and its mean events per batch."""
     prefix = f"bench-lw-{uuid.uuid4().hex[:6]}."
-    s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
-    await create_topics(s)
-    worker, port = start_worker(bootstrap, prefix, tmp, "latency", tree=tree, env=env)
+    s = await setup_topics_async(bootstrap, prefix)
+    worker = start_worker(bootstrap, prefix, tmp, "latency", tree=tree, env=env)
     try:
         clients = [GatewayClient(settings=s, gateway_id=f"sim-gw-{g:02d}", timeout_s=10) for g in range(GATEWAYS)]
         for c in clients:
@@ -315,11 +320,11 @@ async def loopwarden_latency(
             d = await clients[i % GATEWAYS].check(f"run-{i % 400}", "read", params_of(i))
             assert not d.degraded
 
-        ev0, b0 = worker_metric(port, "loopwarden_events_total"), worker_metric(port, "loopwarden_batch_events_count")
+        ev0, b0 = worker.metric("loopwarden_events_total"), worker.metric("loopwarden_batch_events_count")
         cpu0 = cpu_seconds(worker.pid)
         lat = await paced(rate, seconds, call)
         cpu1 = cpu_seconds(worker.pid)
-        ev1, b1 = worker_metric(port, "loopwarden_events_total"), worker_metric(port, "loopwarden_batch_events_count")
+        ev1, b1 = worker.metric("loopwarden_events_total"), worker.metric("loopwarden_batch_events_count")
         if stats is not None and ev1 > ev0:
             stats.append(
                 {
@@ -331,41 +336,12 @@ async def loopwarden_latency(
             await c.__aexit__(None, None, None)
         return lat
     finally:
-        end(worker)
-
-
-KEEP_HELP = "keep the temporary folder (the broker's data, the processes' logs); it is kept anyway when the run fails"
-
-
-@contextlib.contextmanager
-def scratch(prefix: str, keep: bool = False) -> Iterator[Path]:
-    """A temporary folder for a benchmark's broker, processes and logs, removed at the
-    end unless `keep` (--keep) or the run fails: the logs an error names are in it. A
-    folder kept is named on stderr."""
-    tmp = Path(tempfile.mkdtemp(prefix=prefix))
-    try:
-        yield tmp
-    except BaseException:
-        keep = True
-        raise
-    finally:
-        if keep:
-            print(f"kept {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def own_broker(bootstrap: str | None, tmp: Path, heap: str = "512m") -> tuple[str, localkafka.Broker | None]:
-    """The broker to measure on: the one given, or a fresh local one (stop it after)."""
-    if bootstrap:
-        return bootstrap, None
-    broker = localkafka.start(tmp / "kafka", heap=heap, fresh=True)
-    return broker.bootstrap, broker
+        worker.stop()
 
 
 async def publish(bootstrap: str, records: list[OutRecord]) -> None:
     """Publish records in explicit produce batches and wait for every acknowledgement."""
-    p = BatchProducer(settings_mod.build({"bootstrap": bootstrap}, env={}))
+    p = BatchProducer(topic_settings(bootstrap))
     await p.start()
     try:
         await p.publish(records)
@@ -383,85 +359,25 @@ async def preload(bootstrap: str, topic: str, lines: list[bytes]) -> None:
     await publish(bootstrap, records)
 
 
-@contextlib.asynccontextmanager
-async def from_start(
-    bootstrap: str, topic: str, partitions: int, **kwargs: Any
-) -> AsyncIterator[tuple[AIOKafkaConsumer, list[TopicPartition], dict[TopicPartition, int]]]:
-    """A consumer without a group, on every partition of `topic` from its beginning:
-    (the consumer, its partitions, their end offsets when it started)."""
-    r = await ranges.open_range(settings_mod.build({"bootstrap": bootstrap}, env={}), **kwargs)
-    try:
-        tps = await r.add(topic, ranges.BEGINNING, partitions=range(partitions))
-        yield r.consumer, tps, dict(r.ends)
-    finally:
-        await r.close()
-
-
-def partitions_of(c: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
-    return [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or range(8))]
-
-
-async def wait_for_count(bootstrap: str, topic: str, want: int, timeout: float, partitions: int | None = None) -> None:
-    """Until `topic` holds `want` records, asking the broker for its end offsets four times a
-    second: reading the records while they are produced would compete with the worker
-    for the cores it is measured on (the no-op agent has no such reader). `partitions`:
-    the topic's count, when it is not the 8 a consumer without its metadata assumes."""
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await c.start()
-    try:
-        tps = partitions_of(c, topic) if partitions is None else [TopicPartition(topic, p) for p in range(partitions)]
-        deadline = time.monotonic() + timeout
-        while True:
-            have = sum((await c.end_offsets(tps)).values())
-            if have >= want:
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only {have} of {want} decisions arrived")
-            await asyncio.sleep(0.25)
-    finally:
-        await c.stop()
-
-
 async def decision_span(bootstrap: str, topic: str, want: int, timeout: float) -> float:
     """Seconds between the 10th-percentile and the last decision (their timestamps, set by
     the worker's producer), scaled to the whole count: steady-state throughput without
     start-up and rebalancing. Read once all are there."""
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
-    await c.start()
-    try:
-        tps = partitions_of(c, topic)
-        c.assign(tps)
-        await c.seek_to_beginning(*tps)
-        stamps: list[int] = []
-        deadline = time.monotonic() + timeout
-        while len(stamps) < want and time.monotonic() < deadline:
-            for msgs in (await c.getmany(timeout_ms=500)).values():
-                stamps.extend(m.timestamp for m in msgs)
-        if len(stamps) < want:
-            raise RuntimeError(f"only {len(stamps)} of {want} decisions arrived")
-        stamps.sort()
-        lo = stamps[len(stamps) // 10]
-        return (stamps[-1] - lo) / 1000 / 0.9
-    finally:
-        await c.stop()
+    stamps: list[int] = sorted(m.timestamp for m in await read_all_async(bootstrap, topic, timeout))
+    if len(stamps) < want:
+        raise RuntimeError(f"only {len(stamps)} of {want} decisions arrived")
+    lo = stamps[len(stamps) // 10]
+    return (stamps[-1] - lo) / 1000 / 0.9
 
 
-def run_json(args: list[str], tmp: Path, name: str, timeout: float = 600) -> dict:
+def run_json(args: list[str], tmp: Path, name: str, timeout: float = 600) -> dict[str, Any]:
     p = spawn(args, tmp / f"{name}.log")
     try:
         out, _ = p.communicate(timeout=timeout)
-        return json.loads(out.decode().strip().splitlines()[-1])
+        result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+        return result
     finally:
         end(p)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used (Linux /proc)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 async def worker_throughput(
@@ -472,18 +388,18 @@ async def worker_throughput(
     n_workers: int,
     broker_pid: int | None,
     tree: Path | None = None,
-) -> dict:
-    """Start the workers on empty topics, let the group settle, then publish the events
-    at once and time the decisions; also the CPU each process used meanwhile. `tree`: run
-    the workers from that directory (its `streams` package: the B side of an A/B)."""
+) -> dict[str, Any]:
+    """Start the workers on empty topics, wait until the group has settled on every one,
+    then publish the events at once and time the decisions; also the CPU each process
+    used meanwhile. `tree`: run the workers from that directory (its `streams` package:
+    the B side of an A/B)."""
     prefix = f"bench-tp{n_workers}-{uuid.uuid4().hex[:6]}."
-    s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
-    await create_topics(s)
-    procs = []
+    s = await setup_topics_async(bootstrap, prefix)
+    procs: list[WorkerProcess] = []
     try:
         for i in range(n_workers):
-            procs.append(start_worker(bootstrap, prefix, tmp, f"tp{n_workers}-{i}", tree=tree)[0])
-        await asyncio.sleep(4)  # the group settles with every member
+            procs.append(start_worker(bootstrap, prefix, tmp, f"tp{n_workers}-{i}", tree=tree))
+        await wait_assigned_async(procs, s.partitions)
         cpu0 = [cpu_seconds(p.pid) for p in procs] + [cpu_seconds(broker_pid) if broker_pid else 0.0]
         t0 = time.time()
         await preload(bootstrap, s.events_topic, lines)
@@ -502,52 +418,47 @@ async def worker_throughput(
         }
     finally:
         for p in procs:
-            end(p)
+            p.stop()
 
 
 async def noop_throughput(bootstrap: str, lines: list[bytes], tmp: Path) -> float:
-    """The do-nothing Faust agent, measured as the workers are: it joins an empty topic,
-    then the events are published at once."""
+    """The do-nothing Faust agent, measured as the workers are: it joins an empty topic
+    (it says `ready` once it has its partitions), then the events are published at once."""
     prefix = f"bench-noop-{uuid.uuid4().hex[:6]}."
-    s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
-    await create_topics(s)
+    s = await setup_topics_async(bootstrap, prefix)
     p = spawn(
         [sys.executable, "-m", "benchmarks.noop_agent", bootstrap, s.events_topic, str(len(lines)), prefix + "noop"]
         + [str(tmp / f"{prefix}faust")],  # its datadir
         tmp / "noop.log",
     )
     try:
-        loop = asyncio.get_running_loop()
-        ready = await asyncio.wait_for(loop.run_in_executor(None, p.stdout.readline), 90)
-        if ready.strip() != b"ready":
-            raise RuntimeError(f"the no-op agent did not start; see {tmp / 'noop.log'}")
-        await asyncio.sleep(4)  # as for the workers
+        await wait_ready(p, "the no-op agent", tmp / "noop.log")
         await preload(bootstrap, s.events_topic, lines)
-        out = await asyncio.wait_for(loop.run_in_executor(None, p.stdout.readline), 600)
-        return len(lines) / json.loads(out)["seconds"]
+        out = await read_line(p, 600)
+        seconds: float = json.loads(out)["seconds"]
+        return len(lines) / seconds
     finally:
         end(p)
 
 
 async def throughput(
     bootstrap: str, n: int, rounds: int, tmp: Path, broker_pid: int | None, b_tree: Path | None = None
-) -> dict:
+) -> dict[str, Any]:
     """The headline figures use events in the form the client library sends by default
     (privacy mode: hashes, no payloads); `raw_events` repeats noop and one worker with
     raw params and results, which the worker hashes itself. Each round measures the
     no-op agent, one worker and (privacy form) two workers back to back; the figures are
     the medians over the rounds, and each ratio is the median of the per-round ratios."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for form in ("privacy", "raw"):
         lines = generate(n, seed=21, concurrent=800, privacy=form == "privacy")
         calls = sum(1 for ln in lines if b'"type":"tool_call"' in ln)
-        row: dict = {"mean_event_bytes": round(sum(map(len, lines)) / len(lines))}
+        row: dict[str, Any] = {"mean_event_bytes": round(sum(map(len, lines)) / len(lines))}
         if form == "privacy":
             bares = []
             for _ in range(2):  # the first one also warms the broker up
                 prefix = f"bench-tp-{uuid.uuid4().hex[:6]}."
-                s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
-                await create_topics(s)
+                s = await setup_topics_async(bootstrap, prefix)
                 await preload(bootstrap, s.events_topic, lines)
                 bare = run_json(
                     [
@@ -565,7 +476,12 @@ async def throughput(
                 )
                 bares.append(round(n / bare["seconds"]))
             row["bare_events_per_s"] = max(bares)
-        noop, one, two, cpu1, cpu2, one_b = [], [], [], [], [], []
+        noop: list[int] = []
+        one: list[int] = []
+        two: list[int] = []
+        one_b: list[int] = []
+        cpu1: Figures = []
+        cpu2: Figures = []
         for _ in range(rounds):
             noop.append(round(await noop_throughput(bootstrap, lines, tmp)))
             r1 = await worker_throughput(bootstrap, lines, calls, tmp, 1, broker_pid)
@@ -613,20 +529,18 @@ def runners(
     rate: float,
     seconds: float,
     tmp: Path,
-    stats: dict[str, list],
-    variants: dict[str, tuple[Path | None, dict[str, str]]],
-) -> dict:
+    stats: dict[str, Figures],
+    variants: Variants,
+) -> dict[str, Callable[[], Awaitable[list[float]]]]:
     """Each series at one rate: name -> a coroutine function giving one round's latencies."""
-    run = {
+    run: dict[str, Callable[[], Awaitable[list[float]]]] = {
         "echo": lambda: echo_latency(bootstrap, rate, seconds, tmp),
         "echo_shared_producer": lambda: echo_latency(bootstrap, rate, seconds, tmp, producers=1),
         "faust_echo": lambda: echo_latency(bootstrap, rate, seconds, tmp, responder="faust", stats=stats["faust_echo"]),
         "loopwarden": lambda: loopwarden_latency(bootstrap, rate, seconds, tmp, stats["loopwarden"]),
     }
     for name, (tree, env) in variants.items():
-        run[name] = lambda name=name, tree=tree, env=env: loopwarden_latency(
-            bootstrap, rate, seconds, tmp, stats[name], tree=tree, env=env
-        )
+        run[name] = functools.partial(loopwarden_latency, bootstrap, rate, seconds, tmp, stats[name], tree, env)
     return run
 
 
@@ -637,18 +551,18 @@ async def latency(
     rounds: int,
     tmp: Path,
     names: list[str],
-    variants: dict[str, tuple[Path | None, dict[str, str]]],
-) -> dict[float, tuple[dict[str, list], dict[str, list]]]:
+    variants: Variants,
+) -> dict[float, tuple[dict[str, Rounds], dict[str, Figures]]]:
     """Per rate, every series in each round, in an order rotated from round to round, so
     slow drifts of a shared, noisy machine fall on all of them alike; per rate and series,
     each round's latencies (pooled for the headline percentiles) and the worker's figures.
     An uncounted round goes first (at the first rate)."""
-    out: dict[float, tuple[dict[str, list], dict[str, list]]] = {}
+    out: dict[float, tuple[dict[str, Rounds], dict[str, Figures]]] = {}
     warm = True
     for rate in rates:
-        stats: dict[str, list] = {"faust_echo": [], "loopwarden": [], **{n: [] for n in variants}}
+        stats: dict[str, Figures] = {"faust_echo": [], "loopwarden": [], **{n: [] for n in variants}}
         run = runners(bootstrap, rate, seconds, tmp, stats, variants)
-        lat: dict[str, list] = {n: [] for n in names}
+        lat: dict[str, Rounds] = {n: [] for n in names}
         if warm:  # a round not counted: the broker's JIT needs about a minute of traffic
             for name in names:
                 await run[name]()
@@ -662,14 +576,20 @@ async def latency(
     return out
 
 
-def latency_report(lat: dict[str, list], stats: dict[str, list]) -> dict:  # noqa: C901
+def ms(xs: Sequence[float], p: float) -> float:
+    """The `p`-th percentile (0-100) of latencies in seconds, in ms (harness.percentiles)."""
+    value: float = percentiles(xs, (p,), scale=1000)[f"p{p:g}"]
+    return value
+
+
+def latency_report(lat: dict[str, Rounds], stats: dict[str, Figures]) -> dict[str, Any]:  # noqa: C901
     """One rate's figures: pooled percentiles per series, the ratios of p99s (pooled, and
     per round beside their median), each round's p50 and p99, the worker's CPU per event."""
     pooled = {name: [x for xs in rounds for x in xs] for name, rounds in lat.items()}
-    res: dict = {}
+    res: dict[str, Any] = {}
     for name, xs in pooled.items():
-        for p in (0.5, 0.95, 0.99):
-            res[f"{name}_p{round(p * 100)}_ms"] = pct(xs, p)
+        for p in (50, 95, 99):
+            res[f"{name}_p{p}_ms"] = ms(xs, p)
     ratios = {
         "p99_ratio": ("loopwarden", "echo"),
         "p99_ratio_to_faust_echo": ("loopwarden", "faust_echo"),
@@ -682,14 +602,14 @@ def latency_report(lat: dict[str, list], stats: dict[str, list]) -> dict:  # noq
             ratios[f"{name}_p99_ratio_to_loopwarden"] = (name, "loopwarden")
             ratios[f"{name}_p99_ratio_to_faust_echo"] = (name, "faust_echo")
     ratios = {k: v for k, v in ratios.items() if v[0] in lat and v[1] in lat}
-    rounds: dict = {
+    rounds: dict[str, Any] = {
         "calls": {n: [len(xs) for xs in r] for n, r in lat.items()},
-        "p50_ms": {n: [pct(xs, 0.5) for xs in r] for n, r in lat.items()},
-        "p99_ms": {n: [pct(xs, 0.99) for xs in r] for n, r in lat.items()},
+        "p50_ms": {n: [ms(xs, 50) for xs in r] for n, r in lat.items()},
+        "p99_ms": {n: [ms(xs, 99) for xs in r] for n, r in lat.items()},
     }
     for key, (a, b) in ratios.items():
-        res[key] = round(pct(pooled[a], 0.99) / pct(pooled[b], 0.99), 2)
-        per = [round(pct(x, 0.99) / pct(y, 0.99), 2) for x, y in zip(lat[a], lat[b], strict=True)]
+        res[key] = round(ms(pooled[a], 99) / ms(pooled[b], 99), 2)
+        per = [round(ms(x, 99) / ms(y, 99), 2) for x, y in zip(lat[a], lat[b], strict=True)]
         rounds[key] = per
         res[f"{key}_median_of_rounds"] = median(per)
     res["rounds"] = rounds
@@ -707,7 +627,7 @@ def plot(series: dict[str, list[float]], path: Path) -> str | None:
     except ImportError:
         return None
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    hi = max(pct(xs, 0.995) for xs in series.values())
+    hi = max(ms(xs, 99.5) for xs in series.values())
     bins = [hi * i / 80 for i in range(81)]
     for name, xs in series.items():
         ax.hist([x * 1000 for x in xs], bins=bins, histtype="step", linewidth=1.5, label=name)
@@ -720,13 +640,12 @@ def plot(series: dict[str, list[float]], path: Path) -> str | None:
     return str(path)
 
 
-async def main_async(args, tmp: Path) -> dict:
-    broker = None
-    bootstrap = args.bootstrap or os.environ.get("LOOPWARDEN_BOOTSTRAP")
+async def main_async(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    given = args.bootstrap or os.environ.get("LOOPWARDEN_BOOTSTRAP")
     rates = [float(r) for r in (args.rates or str(args.rate)).split(",")]
     names = [n for n in (args.series or "echo,echo_shared_producer,faust_echo,loopwarden").split(",") if n]
     b_env = dict(kv.split("=", 1) for kv in args.b_env)
-    variants: dict[str, tuple[Path | None, dict[str, str]]] = {}
+    variants: Variants = {}
     if args.b_tree or b_env:
         variants["loopwarden_b"] = (Path(args.b_tree) if args.b_tree else None, b_env)
     for spec in args.variant:  # NAME=DIR[,K=V...]; DIR may be empty (this tree)
@@ -743,11 +662,8 @@ async def main_async(args, tmp: Path) -> dict:
     )
     if unknown := [n for n in names if n not in SERIES]:
         raise SystemExit(f"unknown series {unknown}; known: {list(SERIES)}")
-    if not bootstrap:
-        broker = localkafka.start(tmp / "kafka", heap="768m", full_jit=True)
-        bootstrap = broker.bootstrap
     load0 = os.getloadavg()
-    try:
+    with own_broker(given, tmp, heap="768m", full_jit=True) as (bootstrap, broker):
         lat = (
             await latency(bootstrap, rates, args.seconds, args.latency_rounds, tmp, names, variants)
             if args.seconds
@@ -765,10 +681,7 @@ async def main_async(args, tmp: Path) -> dict:
             if args.events
             else {}
         )
-    finally:
-        if broker:
-            localkafka.stop(broker)
-    result: dict = {
+    result: dict[str, Any] = {
         "benchmark": "kafka",
         "rates_per_s": rates,
         "seconds_per_round": args.seconds,
@@ -829,9 +742,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="throughput rounds; medians are reported (default 3)")
     ap.add_argument("--keep", action="store_true", help=KEEP_HELP)
     args = ap.parse_args()
-    with scratch("loopwarden-bench-", args.keep) as tmp:
-        result = asyncio.run(main_async(args, tmp))
-    print(json.dumps(result, indent=2))
+    run_and_print("loopwarden-bench-", args, main_async)
 
 
 if __name__ == "__main__":

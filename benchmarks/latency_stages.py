@@ -32,29 +32,19 @@ batch. Starts its own broker unless --bootstrap names one. Prints one JSON objec
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import time
 import uuid
 from pathlib import Path
 from statistics import mean, median
+from typing import Any
 
-from benchmarks.kafka import (
-    GATEWAYS,
-    KEEP_HELP,
-    cpu_seconds,
-    end,
-    paced,
-    params_of,
-    scratch,
-    start_worker,
-    worker_metric,
-)
-from streams.admin.topics import create_topics
+from benchmarks.kafka import GATEWAYS, paced, params_of, run_and_print, start_worker
 from streams.gateway.client import GatewayClient
-from streams.kafka import settings as settings_mod
-from streams.tools import localkafka
+from streams.kafka import clients
+from streams.kafka.settings import Settings
+from streams.tools.harness import KEEP_HELP, cpu_seconds, own_broker, percentile, setup_topics_async
 from streams.worker.tracing import ENV
 
 STAGES = (
@@ -75,13 +65,13 @@ STAGES = (
 class StampedClient(GatewayClient):
     """GatewayClient with the time each event was queued and each decision read."""
 
-    def __init__(self, *a, **kw) -> None:
+    def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         self.queued: dict[str, float] = {}
         self.read_at: dict[str, float] = {}
         self._ids: dict[bytes, str] = {}
 
-    def _encode(self, ev):
+    def _encode(self, ev: Any) -> tuple[bytes, bytes]:
         key, value = super()._encode(ev)
         self._ids[value] = f"{ev.run_id}:{ev.seq}"
         return key, value
@@ -99,27 +89,22 @@ class StampedClient(GatewayClient):
             self.read_at.setdefault(value[i : value.index(b'"', i)].decode(), t)
 
 
-async def append_time(bootstrap: str, topic: str) -> None:
+async def append_time(s: Settings, topic: str) -> None:
     """Records of `topic` get the broker's clock as their timestamp (when it appended them)."""
-    from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
+    async with clients.opened(clients.admin(s), s) as admin:
         await admin.alter_configs(
             [ConfigResource(ConfigResourceType.TOPIC, topic, configs={"message.timestamp.type": "LogAppendTime"})]
         )
-    finally:
-        await admin.close()
 
 
 def ms(x: float) -> float:
     return round(x * 1000, 3)
 
 
-def summary(rows: list[dict], base: dict[str, float] | None = None) -> dict:
-    out: dict = {"calls": len(rows)}
+def summary(rows: list[dict[str, Any]], base: dict[str, float] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"calls": len(rows)}
     for st in ("total", *STAGES):
         xs = [r[st] for r in rows]
         out[st] = {"median_ms": ms(median(xs)), "mean_ms": ms(mean(xs)), "max_ms": ms(max(xs))}
@@ -137,53 +122,44 @@ def overlaps(a0: float, a1: float, spans: list[tuple[float, float]]) -> bool:
     return any(s0 < a1 and s1 > a0 for s0, s1 in spans)
 
 
-async def run(args, tmp: Path) -> dict:
-    broker = None
-    bootstrap = args.bootstrap or os.environ.get("LOOPWARDEN_BOOTSTRAP")
-    if not bootstrap:
-        broker = localkafka.start(tmp / "kafka", heap="768m", full_jit=True)
-        bootstrap = broker.bootstrap
+async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     trace = tmp / "trace.jsonl"
     env = {ENV: str(trace), **dict(kv.split("=", 1) for kv in args.env)}
     load0 = os.getloadavg()[0]
-    try:
+    given = args.bootstrap or os.environ.get("LOOPWARDEN_BOOTSTRAP")
+    with own_broker(given, tmp, heap="768m", full_jit=True) as (bootstrap, _):
         prefix = f"bench-stages-{uuid.uuid4().hex[:6]}."
-        s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
-        await create_topics(s)
-        await append_time(bootstrap, s.events_topic)
-        worker, port = start_worker(
-            bootstrap, prefix, tmp, "stages", tree=Path(args.tree) if args.tree else None, env=env
-        )
+        s = await setup_topics_async(bootstrap, prefix)
+        await append_time(s, s.events_topic)
+        worker = start_worker(bootstrap, prefix, tmp, "stages", tree=Path(args.tree) if args.tree else None, env=env)
         calls: list[tuple[str, float, float]] = []
         try:
-            clients = [StampedClient(settings=s, gateway_id=f"sim-gw-{g:02d}", timeout_s=10) for g in range(GATEWAYS)]
-            for c in clients:
+            gateways = [StampedClient(settings=s, gateway_id=f"sim-gw-{g:02d}", timeout_s=10) for g in range(GATEWAYS)]
+            for c in gateways:
                 await c.__aenter__()
 
             async def call(i: int) -> None:
                 t0 = time.time()
-                d = await clients[i % GATEWAYS].check(f"run-{i % 400}", "read", params_of(i))
+                d = await gateways[i % GATEWAYS].check(f"run-{i % 400}", "read", params_of(i))
                 calls.append((d.event_id, t0, time.time()))
                 assert not d.degraded
 
-            ev0, cpu0 = worker_metric(port, "loopwarden_events_total"), cpu_seconds(worker.pid)
-            b0 = worker_metric(port, "loopwarden_batch_events_count")
+            ev0, cpu0 = worker.metric("loopwarden_events_total"), cpu_seconds(worker.pid)
+            b0 = worker.metric("loopwarden_batch_events_count")
             t_start = time.time()
             await paced(args.rate, args.seconds, call)
-            ev1, cpu1 = worker_metric(port, "loopwarden_events_total"), cpu_seconds(worker.pid)
-            b1 = worker_metric(port, "loopwarden_batch_events_count")
-            for c in clients:
+            ev1, cpu1 = worker.metric("loopwarden_events_total"), cpu_seconds(worker.pid)
+            b1 = worker.metric("loopwarden_batch_events_count")
+            for c in gateways:
                 await c.__aexit__(None, None, None)
         finally:
-            end(worker)  # SIGTERM: the worker closes its trace
-    finally:
-        if broker:
-            localkafka.stop(broker)
+            worker.stop()  # SIGTERM: the worker closes its trace
     measured_from = t_start + 3.0
-    queued = {k: v for c in clients for k, v in c.queued.items()}
-    read_at = {k: v for c in clients for k, v in c.read_at.items()}
-    batches: dict[str, dict] = {}
-    flushes, gcs = [], []
+    queued = {k: v for c in gateways for k, v in c.queued.items()}
+    read_at = {k: v for c in gateways for k, v in c.read_at.items()}
+    batches: dict[str, dict[str, Any]] = {}
+    flushes: list[dict[str, Any]] = []
+    gcs: list[dict[str, Any]] = []
     for line in trace.read_text().splitlines():
         r = json.loads(line)
         if r["k"] == "batch":
@@ -193,7 +169,7 @@ async def run(args, tmp: Path) -> dict:
             flushes.append(r)
         else:
             gcs.append(r)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for eid, t0, t1 in calls:
         b = batches.get(eid)
         if (
@@ -237,7 +213,7 @@ async def run(args, tmp: Path) -> dict:
     flush_spans = [(f["t0"], f["ack"]) for f in flushes]
     gc_spans = {g: [(x["t0"], x["t1"]) for x in gcs if x["gen"] == g] for g in (0, 1, 2)}
 
-    def suspects(rs: list[dict]) -> dict:
+    def suspects(rs: list[dict[str, Any]]) -> dict[str, Any]:
         n = len(rs) or 1
         return {
             "during_state_flush": round(sum(overlaps(r["t0"], r["t1"], flush_spans) for r in rs) / n, 3),
@@ -262,7 +238,7 @@ async def run(args, tmp: Path) -> dict:
         "calls_joined": len(rows),
         "calls_made": len(calls),
         "median_call_ms": ms(med["total"]),
-        "p99_ms": ms(slow[0]["total"]) if slow else None,
+        "p99_ms": ms(p99) if (p99 := percentile([r["total"] for r in rows], 99)) is not None else None,
         "all_calls": {**summary(rows), "suspects": suspects(rows)},
         "slowest_1pct": {**summary(slow, base), "suspects": suspects(slow)},
         "slowest_calls": [
@@ -304,9 +280,7 @@ def main() -> None:
     ap.add_argument("--rows", help="also write every joined call's stages to this file (JSON lines)")
     ap.add_argument("--keep", action="store_true", help=KEEP_HELP)
     args = ap.parse_args()
-    with scratch("loopwarden-stages-", args.keep) as tmp:
-        result = asyncio.run(run(args, tmp))
-    print(json.dumps(result, indent=2))
+    run_and_print("loopwarden-stages-", args, run)
 
 
 if __name__ == "__main__":

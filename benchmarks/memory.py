@@ -16,23 +16,26 @@ import gc
 import json
 import os
 import random
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
-from detectors import Folded, encode_state, fold, load_config
+from detectors import Folded, RunState, encode_state, fold, load_config
+from streams.tools.harness import rss_kib
 from streams.tools.trace import CONFIG, run_events
 
 config = load_config(json.dumps(CONFIG))
 
 
-def final_states(events) -> dict:
+def final_states(events: Iterable[dict[str, Any]]) -> dict[str, RunState | None]:
     """Each run's state after its events, through the one fold (detectors.ingest)."""
     source = ((i, None, json.dumps(e).encode()) for i, e in enumerate(events))
     return {f.event.run_id: f.after for f in fold(source, config, keyed=False) if isinstance(f, Folded)}
 
 
-def typical_states(n: int) -> dict:
+def typical_states(n: int) -> dict[str, RunState | None]:
     rng = random.Random(3)
 
-    def events():
+    def events() -> Iterator[dict[str, Any]]:
         for i in range(n):
             run = f"run-{i:06d}"
             for ev in run_events(rng, run, f"gw-{i % 16}", 20, None):
@@ -43,8 +46,8 @@ def typical_states(n: int) -> dict:
     return final_states(events())
 
 
-def worst_states(n: int) -> dict:
-    def events():
+def worst_states(n: int) -> dict[str, RunState | None]:
+    def events() -> Iterator[dict[str, Any]]:
         for i in range(n):
             run = f"worst-{i:05d}"
             for seq in range(3600):  # 300 signatures, each called 12 times in a row: every bound is reached
@@ -62,17 +65,16 @@ def worst_states(n: int) -> dict:
 
 
 def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return (rss_kib(os.getpid()) or 0) * 1024
 
 
-def measure(build, n: int) -> dict:
+def measure(build: Callable[[int], dict[str, RunState | None]], n: int) -> dict[str, Any]:
     gc.collect()
     before = rss_bytes()
     states = build(n)
     gc.collect()
     after = rss_bytes()
-    sample = list(states.values())[: min(n, 1000)]
+    sample = [st for st in states.values() if st is not None][: min(n, 1000)]
     s0 = sample[0]
     return {
         "runs": n,

@@ -10,35 +10,28 @@ event to its N-th, scaled to N (the window benchmarks.kafka uses for the workers
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import sys
 import time
+from typing import Any
 
 import faust
 
-from benchmarks.faust_echo import bare_app
+from benchmarks.faust_echo import announce_ready, bare_app, raw_topic
 
 
 def main() -> None:
     bootstrap, topic, n, app_id, datadir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
     app = bare_app(bootstrap, app_id, datadir)
-    src = app.topic(topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
-    seen = {"n": 0, "t10": None}
-
-    @app.timer(0.2)
-    async def announce():
-        if app.consumer.assignment() and not seen.get("ready"):
-            seen["ready"] = True
-            gc.collect()  # as the loopwarden worker does once started
-            gc.freeze()
-            print("ready", flush=True)
+    src = raw_topic(app, topic)
+    seen: dict[str, Any] = {"n": 0, "t10": None}
+    announce_ready(app)
 
     @app.agent(src, concurrency=1)
-    async def noop(stream):
+    async def noop(stream: Any) -> None:
         stream.enable_acks = False
-        batch = []
+        batch: list[Any] = []
         async for event in stream.events():
             batch.append(event)
             if len(batch) < 500 and not stream.channel.empty():

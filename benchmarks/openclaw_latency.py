@@ -19,33 +19,31 @@ import argparse
 import asyncio
 import json
 import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from statistics import median
+from typing import Any
 
-from benchmarks.kafka import end, own_broker, paced, params_of, start_worker
-from streams.admin.topics import create_topics
+from benchmarks.kafka import paced, params_of, start_worker
 from streams.gateway.client import GatewayClient
-from streams.kafka import settings as settings_mod
-from streams.tools import localkafka
+from streams.kafka.settings import Settings
+from streams.tools.harness import KEEP_HELP, own_broker, percentiles, scratch, setup_topics
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "clients" / "openclaw"
 NODE = PLUGIN / "node_modules" / ".bin" / "node"
 
 
-def stats(ms: list[float]) -> dict:
-    ys = sorted(ms)
-    at = lambda p: round(ys[min(len(ys) - 1, int(p * len(ys)))], 2)  # noqa: E731
+def stats(ms: list[float]) -> dict[str, Any]:
+    """Milliseconds: p50, p99 and max (harness.percentiles), and the mean."""
+    pc = percentiles(ms, (50, 99))
     return {
-        "calls": len(ys),
-        "p50_ms": at(0.50),
-        "p99_ms": at(0.99),
-        "max_ms": round(ys[-1], 2),
-        "mean_ms": round(sum(ys) / len(ys), 2),
+        "calls": len(ms),
+        "p50_ms": pc["p50"],
+        "p99_ms": pc["p99"],
+        "max_ms": pc["max"],
+        "mean_ms": round(sum(ms) / len(ms), 2),
     }
 
 
@@ -75,10 +73,11 @@ def typescript_round(bootstrap: str, prefix: str, rate: float, seconds: float, w
     got = json.loads(out.stdout)
     if got["degraded"]:
         raise SystemExit(f"the TypeScript client got {got['degraded']} degraded (timed out) decisions")
-    return got["latencies_ms"]
+    latencies: list[float] = got["latencies_ms"]
+    return latencies
 
 
-async def python_round(settings, rate: float, seconds: float, warmup: float) -> list[float]:
+async def python_round(settings: Settings, rate: float, seconds: float, warmup: float) -> list[float]:
     async with GatewayClient(settings=settings, gateway_id="bench-py-gw", timeout_s=10) as client:
 
         async def call(i: int) -> None:
@@ -95,47 +94,45 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0, help="measured seconds per round (default 20)")
     ap.add_argument("--warmup", type=float, default=3.0, help="uncounted seconds at the start of each round")
     ap.add_argument("--rounds", type=int, default=2, help="measured rounds per client (default 2)")
+    ap.add_argument("--keep", action="store_true", help=KEEP_HELP)
     args = ap.parse_args()
     if not NODE.exists():
         raise SystemExit(f"{NODE} is missing: run `npm ci` in clients/openclaw")
-    tmp = Path(tempfile.mkdtemp(prefix="lw-openclaw-bench-"))
-    bootstrap, broker = own_broker(args.bootstrap, tmp)
-    worker = None
-    try:
+    with scratch("lw-openclaw-bench-", args.keep) as tmp, own_broker(args.bootstrap, tmp) as (bootstrap, _):
         prefix = f"bench-oc-{uuid.uuid4().hex[:6]}."
-        settings = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
-        asyncio.run(create_topics(settings))
-        worker, _ = start_worker(bootstrap, prefix, tmp, "openclaw-latency")
-        series: dict[str, list[list[float]]] = {"typescript": [], "python": []}
-        order = ["typescript", "python"]
-        started = time.time()
-        for r in range(args.rounds + 1):  # round 0 warms everything up and is not counted
-            for name in order if r % 2 == 0 else order[::-1]:
-                if name == "typescript":
-                    lat = typescript_round(bootstrap, prefix, args.rate, args.seconds, args.warmup)
-                else:
-                    lat = asyncio.run(python_round(settings, args.rate, args.seconds, args.warmup))
-                if r:
-                    series[name].append(lat)
-        report = {
-            "rate_per_s": args.rate,
-            "seconds_per_round": args.seconds,
-            "rounds": args.rounds,
-            "worker": "one loopwarden worker, 8 partitions",
-            "broker": "given" if args.bootstrap else "local KRaft",
-            "typescript_client": stats([x for rnd in series["typescript"] for x in rnd]),
-            "python_gateway_client": stats([x for rnd in series["python"] for x in rnd]),
-            "per_round_p50_ms": {k: [round(median(v), 2) for v in rounds] for k, rounds in series.items()},
-            "per_round_p99_ms": {k: [stats(v)["p99_ms"] for v in rounds] for k, rounds in series.items()},
-            "wall_s": round(time.time() - started, 1),
-        }
-        print(json.dumps(report))
-    finally:
-        if worker is not None:
-            end(worker)
-        if broker is not None:
-            localkafka.stop(broker)
+        settings = setup_topics(bootstrap, prefix)
+        worker = start_worker(bootstrap, prefix, tmp, "openclaw-latency")
+        try:
+            print(json.dumps(measure(args, bootstrap, prefix, settings)))
+        finally:
+            worker.stop()
+
+
+def measure(args: argparse.Namespace, bootstrap: str, prefix: str, settings: Settings) -> dict[str, Any]:
+    series: dict[str, list[list[float]]] = {"typescript": [], "python": []}
+    order = ["typescript", "python"]
+    started = time.time()
+    for r in range(args.rounds + 1):  # round 0 warms everything up and is not counted
+        for name in order if r % 2 == 0 else order[::-1]:
+            if name == "typescript":
+                lat = typescript_round(bootstrap, prefix, args.rate, args.seconds, args.warmup)
+            else:
+                lat = asyncio.run(python_round(settings, args.rate, args.seconds, args.warmup))
+            if r:
+                series[name].append(lat)
+    return {
+        "rate_per_s": args.rate,
+        "seconds_per_round": args.seconds,
+        "rounds": args.rounds,
+        "worker": "one loopwarden worker, 8 partitions",
+        "broker": "given" if args.bootstrap else "local KRaft",
+        "typescript_client": stats([x for rnd in series["typescript"] for x in rnd]),
+        "python_gateway_client": stats([x for rnd in series["python"] for x in rnd]),
+        "per_round_p50_ms": {k: [round(median(v), 2) for v in rounds] for k, rounds in series.items()},
+        "per_round_p99_ms": {k: [stats(v)["p99_ms"] for v in rounds] for k, rounds in series.items()},
+        "wall_s": round(time.time() - started, 1),
+    }
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

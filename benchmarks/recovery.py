@@ -51,41 +51,41 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
+import importlib.util
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 import uuid
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
-from benchmarks.kafka import (
-    CONFIG,
-    ROOT,
-    cpu_seconds,
-    end,
-    from_start,
-    preload,
-    publish,
-    spawn,
-    start_worker,
-    wait_for_count,
-    worker_flags,
-)
-from streams.admin.topics import create_topics
+from benchmarks.kafka import ROOT, end, preload, publish, read_line, spawn, start_worker
 from streams.gateway.client import partition_for
-from streams.kafka import settings as settings_mod
+from streams.kafka import clients, ranges
 from streams.kafka.producer import OutRecord
-from streams.tools import launch, localkafka
-from streams.tools.trace import LOOP_KINDS, run_events
+from streams.kafka.settings import Settings
+from streams.tools.harness import (
+    WorkerProcess,
+    cpu_seconds,
+    following,
+    own_broker,
+    produce_async,
+    rss_mb,
+    scratch,
+    setup_topics_async,
+    topic_settings,
+    wait_for_count,
+)
+from streams.tools.trace import LOOP_KINDS, T0, privacy_form, run_events
+from streams.worker.settings import WorkerSettings
 
+T = TypeVar("T")
 BROKER_HEAP = "768m"
 PROBE_RUN = "run-000000"
 PROBE_GATEWAY = "gw-00"  # the gateway of run 0 (runs are spread over 16 gateways)
@@ -98,7 +98,7 @@ ROCKSDB_NOTE = (
 )
 
 
-async def stoppable(coro):
+async def stoppable(coro: Coroutine[Any, Any, T]) -> T:
     """Await `coro` so that SIGTERM (from `timeout`, say) cancels it as Ctrl-C does: its
     finally blocks then stop the broker and workers it started instead of orphaning them
     (they run in sessions of their own)."""
@@ -107,183 +107,128 @@ async def stoppable(coro):
     return await task
 
 
-def rss_mb(pid: int) -> float | None:
-    """A process's resident set (VmRSS) in MB."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return None
-
-
-def metrics(port: int) -> dict[str, float]:
-    """The worker's Prometheus samples without labels, name -> value ({} if unreachable)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-            text = r.read().decode()
-    except Exception:
-        return {}
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#") and "{" not in line:
-            name, _, value = line.rpartition(" ")
-            try:
-                out[name] = float(value)
-            except ValueError:
-                pass
-    return out
-
-
-def health(port: int) -> str | None:
-    """The status /health gives (ok, or why not: it answers 503 with a reason), None if none."""
-    return (launch.health(port) or {}).get("status")
-
-
-def privacy_form(ev: dict) -> bytes:
-    from detectors.fingerprint import fingerprint
-    from detectors.wire import decode_event, encode
-
-    return encode(fingerprint(decode_event(json.dumps(ev, separators=(",", ":")).encode())))
-
-
 def make_events(runs: int, lo: int, hi: int, seed: int = 11) -> tuple[list[bytes], int]:
     """(the events, the number of tool calls): `runs` runs of lo..hi calls each, a fifth
-    of them sliding into one kind of loop (benchmarks/trace.py's runs without their
+    of them sliding into one kind of loop (streams/tools/trace.py's runs without their
     run_end), interleaved round by round."""
     rng = random.Random(seed)
     per_run = []
     for i in range(runs):
         loop = rng.choice(LOOP_KINDS) if rng.random() < 0.2 else None
         evs = [
-            privacy_form(ev)
+            privacy_form(json.dumps(ev, separators=(",", ":")).encode())
             for ev in run_events(rng, f"run-{i:06d}", f"gw-{i % 16:02d}", rng.randint(lo, hi), loop)
             if ev["type"] != "run_end"
         ]
         per_run.append(evs)
-    lines = []
+    lines: list[bytes] = []
     for k in range(2 * hi):
         lines.extend(evs[k] for evs in per_run if k < len(evs))
     return lines, sum(len(evs) for evs in per_run) // 2
 
 
 async def read_changelog(
-    bootstrap: str, topic: str, partitions: int, latest: dict[bytes, tuple[int, bytes | None]] | None = None
-) -> dict:
+    bootstrap: str, topic: str, latest: dict[bytes, tuple[int, bytes | None]] | None = None
+) -> dict[str, Any]:
     """Every record of the changelog, read with a bare consumer: records, bytes, the keys
     with a live (non-tombstone) last value, and how long the read took (the floor under
     any recovery: the same records without Faust). `latest`, if given, gets each key's
     last (partition, value): the changelog as compaction would leave it."""
+    last: dict[bytes, bool] = {}
+    seen = {"records": 0, "bytes": 0}
+
+    def take(records: list[Any]) -> None:
+        for m in records:
+            last[m.key] = m.value is not None
+            seen["bytes"] += len(m.value or b"")
+            if latest is not None:
+                latest[m.key] = (m.partition, m.value)
+        seen["records"] += len(records)
+
     big = {"max_partition_fetch_bytes": 8 << 20, "fetch_max_bytes": 64 << 20}
-    async with from_start(bootstrap, topic, partitions, auto_offset_reset="earliest", **big) as (c, tps, ends):
-        begins = await c.beginning_offsets(tps)
-        want = sum(ends[tp] - begins[tp] for tp in tps)
-        last: dict[bytes, bool] = {}
-        n = size = 0
+    r = await ranges.open_range(topic_settings(bootstrap), **big)
+    try:
+        await r.add(topic)
+        want = r.total
         t0 = time.monotonic()
-        todo = {tp for tp in tps if ends[tp] > begins[tp]}
-        while todo:
-            for tp, msgs in (await c.getmany(timeout_ms=1000, max_records=50_000)).items():
-                for m in msgs:
-                    last[m.key] = m.value is not None
-                    n += 1
-                    size += len(m.value or b"")
-                    if latest is not None:
-                        latest[m.key] = (m.partition, m.value)
-                if msgs and msgs[-1].offset + 1 >= ends[tp]:
-                    todo.discard(tp)
-        return {
-            "records": n,
-            "expected_records": want,
-            "value_mb": round(size / 1e6, 1),
-            "live_keys": sum(last.values()),
-            "read_s": round(time.monotonic() - t0, 2),
-        }
+        await r.drain(3600, take)
+        read_s = time.monotonic() - t0
+    finally:
+        await r.close()
+    return {
+        "records": seen["records"],
+        "expected_records": want,
+        "value_mb": round(seen["bytes"] / 1e6, 1),
+        "live_keys": sum(last.values()),
+        "read_s": round(read_s, 2),
+    }
 
 
 async def first_decision(
-    bootstrap: str,
-    s: settings_mod.Settings,
-    proc: subprocess.Popen,
-    port: int,
-    t0: float,
-    probe: bytes,
-    timeout: float = 600,
-    seq: int = PROBE_SEQ,
-) -> dict:
+    s: Settings, w: WorkerProcess, t0: float, probe: bytes, timeout: float = 600, seq: int = PROBE_SEQ
+) -> dict[str, Any]:
     """Produce the probe call now, then wait for /health ok and for its decision."""
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=50)
-    await c.start()
-    tp = TopicPartition(s.decisions_topic, partition_for(PROBE_GATEWAY, s.partitions))
-    c.assign([tp])
-    await c.seek_to_end(tp)
-    await c.position(tp)
-    p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
-    await p.start()
-    try:
-        await p.send_and_wait(s.events_topic, key=PROBE_RUN.encode(), value=probe)
+    bootstrap = s.bootstrap
+    part = partition_for(PROBE_GATEWAY, s.partitions)
+    async with following(bootstrap, s.decisions_topic, partitions=[part], fetch_max_wait_ms=50) as decisions:
+        await produce_async(bootstrap, s.events_topic, [(PROBE_RUN.encode(), probe)], linger_ms=0)
         produced = time.monotonic() - t0
         loop = asyncio.get_running_loop()
-        out: dict = {"probe_produced_s": round(produced, 2)}
+        out: dict[str, Any] = {"probe_produced_s": round(produced, 2)}
 
         async def watch_health() -> None:
             seen = None
             while True:
-                st = await loop.run_in_executor(None, health, port)
+                st = (await loop.run_in_executor(None, w.health) or {}).get("status")
                 if st != seen:
                     out.setdefault("health_states", []).append([round(time.monotonic() - t0, 2), st])
                     seen = st
                 if st == "ok":
                     out["recovery_s"] = round(time.monotonic() - t0, 2)
                     return
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the fresh worker exited with {proc.returncode}")
+                if not w.alive():
+                    raise RuntimeError(f"the fresh worker exited; see {w.log}")
                 await asyncio.sleep(0.1)
 
         async def watch_decision() -> None:
             while True:
-                for msgs in (await c.getmany(timeout_ms=200)).values():
-                    for m in msgs:
-                        d = json.loads(m.value)
-                        if d.get("run_id") == PROBE_RUN and d.get("seq") == seq:
-                            out["first_decision_s"] = round(time.monotonic() - t0, 2)
-                            out["probe_decision"] = {k: d.get(k) for k in ("action", "level", "detector")}
-                            return
+                for m in await decisions.chunk(timeout_ms=200):
+                    d = json.loads(m.value)
+                    if d.get("run_id") == PROBE_RUN and d.get("seq") == seq:
+                        out["first_decision_s"] = round(time.monotonic() - t0, 2)
+                        out["probe_decision"] = {k: d.get(k) for k in ("action", "level", "detector")}
+                        return
 
         await asyncio.wait_for(asyncio.gather(watch_health(), watch_decision()), timeout)
         return out
-    finally:
-        await p.stop()
-        await c.stop()
 
 
 def probe_event(seq: int = PROBE_SEQ) -> bytes:
     """A new tool_call of run 0, seq and ts above everything the load gave it."""
-    return privacy_form(
-        {
-            "type": "tool_call",
-            "run_id": PROBE_RUN,
-            "seq": seq,
-            "gateway_id": PROBE_GATEWAY,
-            "ts": 1767225600000 + seq,
-            "tool_call_id": f"{PROBE_RUN}-probe",
-            "tool_name": "read",
-            "params": {"path": "/workspace/after-restart.md"},
-        }
-    )
+    call = {
+        "type": "tool_call",
+        "run_id": PROBE_RUN,
+        "seq": seq,
+        "gateway_id": PROBE_GATEWAY,
+        "ts": T0 + seq,
+        "tool_call_id": f"{PROBE_RUN}-probe",
+        "tool_name": "read",
+        "params": {"path": "/workspace/after-restart.md"},
+    }
+    return privacy_form(json.dumps(call, separators=(",", ":")).encode())
 
 
 # ---------------------------------------------------------------------------------------
 # The throw-away Faust app: the worker's table over the same changelog, any store.
 
 
-def table_probe(args) -> None:
+def table_probe(args: argparse.Namespace) -> None:
     """Run as a child (`--table-probe STORE`): recover the table, print one JSON line."""
     import faust
 
     t_assigned: list[float] = []
-    app = faust.App(
+    # Any: Faust's decorators and signals are untyped (as streams/worker/app.py's are)
+    app: Any = faust.App(
         args.app_id,
         broker=f"kafka://{args.bootstrap}",
         store=args.table_probe,
@@ -319,7 +264,7 @@ def table_probe(args) -> None:
     )
 
     @app.on_partitions_assigned.connect
-    async def assigned(sender, assigned, **kwargs) -> None:
+    async def assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
         if not t_assigned:
             t_assigned.append(time.time())
 
@@ -356,7 +301,7 @@ async def run_probe(
     datadir: Path,
     log: Path,
     timeout: float = 900,
-) -> dict:
+) -> dict[str, Any]:
     t0 = time.time()
     proc = spawn(
         [
@@ -379,8 +324,7 @@ async def run_probe(
         log,
     )
     try:
-        loop = asyncio.get_running_loop()
-        line = await asyncio.wait_for(loop.run_in_executor(None, proc.stdout.readline), timeout)
+        line = await read_line(proc, timeout)
         if not line.strip():
             raise RuntimeError(f"the {store} table probe did not recover; see {log}")
         r = json.loads(line)
@@ -395,19 +339,15 @@ async def run_probe(
 
 
 async def compacted_part(
-    bootstrap: str, s: settings_mod.Settings, tmp: Path, latest: dict[bytes, tuple[int, bytes | None]]
-) -> dict:
+    bootstrap: str, s: Settings, tmp: Path, latest: dict[bytes, tuple[int, bytes | None]]
+) -> dict[str, Any]:
     """The memory:// table recovering the changelog as compaction would leave it: one
     record per live run, each in its partition, in a topic of its own."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.admin import NewTopic
 
     topic = f"{s.topic_prefix}compacted-runs-changelog"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
+    async with clients.opened(clients.admin(s), s) as admin:
         await admin.create_topics([NewTopic(topic, s.partitions, 1, topic_configs={"cleanup.policy": "compact"})])
-    finally:
-        await admin.close()
     records = [OutRecord(topic, k, v, None, part) for k, (part, v) in latest.items() if v is not None]
     await publish(bootstrap, records)
     r = await run_probe(
@@ -423,15 +363,11 @@ async def compacted_part(
     return r
 
 
-async def rocksdb_part(bootstrap: str, s: settings_mod.Settings, tmp: Path, live_keys: int) -> dict:
-    out: dict = {}
-    try:
-        from importlib.metadata import version
-
-        import rocksdict  # noqa: F401  (the driver faust-streaming's rocksdb:// store uses)
-
-        out["rocksdb_driver"] = f"rocksdict {version('rocksdict')}"
-    except ImportError:
+async def rocksdb_part(bootstrap: str, s: Settings, tmp: Path, live_keys: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if importlib.util.find_spec("rocksdict") is not None:  # the driver faust-streaming's rocksdb:// store uses
+        out["rocksdb_driver"] = f"rocksdict {importlib.metadata.version('rocksdict')}"
+    else:
         out["rocksdb_recovery_s_cold"] = out["rocksdb_recovery_s_warm"] = None
         out["rocksdb_not_measured"] = (
             "faust-streaming's rocksdb:// store needs the rocksdict (or python-rocksdb) "
@@ -472,7 +408,7 @@ async def rocksdb_part(bootstrap: str, s: settings_mod.Settings, tmp: Path, live
     return out
 
 
-async def baseline_part(rev: str, bootstrap: str, s: settings_mod.Settings, tmp: Path, extra: list[str]) -> dict:
+async def baseline_part(rev: str, s: Settings, tmp: Path, extra: list[str]) -> dict[str, Any]:
     """A fresh worker of revision `rev` (checked out into a git worktree and run from there
     with this interpreter) on the same topics: its first decision, as the fresh one's."""
     tree = tmp / "baseline-tree"
@@ -481,17 +417,13 @@ async def baseline_part(rev: str, bootstrap: str, s: settings_mod.Settings, tmp:
         short = subprocess.run(
             ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True
         ).stdout.strip()
-        w = launch.Worker(
-            worker_flags(bootstrap, s.topic_prefix, tmp, "baseline", extra), tmp / "worker-baseline.log", cwd=tree
-        )
         t0 = time.monotonic()
-        proc = w.start(wait=False).proc
-        assert proc is not None
+        w = start_worker(s.bootstrap, s.topic_prefix, tmp, "baseline", extra, tree, partitions=s.partitions, wait=False)
         try:
-            rec = await first_decision(bootstrap, s, proc, w.port, t0, probe_event(PROBE_SEQ + 1), seq=PROBE_SEQ + 1)
-            rss = rss_mb(proc.pid)
+            rec = await first_decision(s, w, t0, probe_event(PROBE_SEQ + 1), seq=PROBE_SEQ + 1)
+            rss = rss_mb(w.pid)
         finally:
-            end(proc)
+            w.stop()
         return {
             "rev": short,
             "recovery_s": rec["recovery_s"],
@@ -502,23 +434,20 @@ async def baseline_part(rev: str, bootstrap: str, s: settings_mod.Settings, tmp:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
 
 
-async def main_async(args) -> dict:
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    with scratch("loopwarden-recovery-", args.keep) as tmp:
+        with own_broker(args.bootstrap, tmp, heap=BROKER_HEAP, full_jit=True) as (bootstrap, _):
+            return await measure(args, bootstrap, tmp)
+
+
+async def measure(args: argparse.Namespace, bootstrap: str, tmp: Path) -> dict[str, Any]:
     lo, hi = (int(x) for x in args.calls.split(":"))
-    tmp = Path(tempfile.mkdtemp(prefix="loopwarden-recovery-"))
-    (tmp / "config.json").write_text(json.dumps(CONFIG))
-    broker = None
-    bootstrap = args.bootstrap
-    procs: list[subprocess.Popen] = []
+    flush_interval_ms = args.flush_interval_ms or WorkerSettings().flush_interval_ms
+    procs: list[WorkerProcess] = []
     try:
-        if not bootstrap:
-            broker = localkafka.start(tmp / "kafka", heap=BROKER_HEAP, full_jit=True, fresh=True)
-            bootstrap = broker.bootstrap
         prefix = f"rec-{uuid.uuid4().hex[:6]}."
-        s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": args.partitions}, env={})
-        await create_topics(s)
-        extra = ["--partitions", str(args.partitions)]
-        if args.flush_interval_ms is not None:
-            extra += ["--flush-interval-ms", str(args.flush_interval_ms)]
+        s = await setup_topics_async(bootstrap, prefix, args.partitions)
+        extra = ["--flush-interval-ms", str(args.flush_interval_ms)] if args.flush_interval_ms is not None else []
 
         t = time.monotonic()
         lines, calls = make_events(args.runs, lo, hi)
@@ -527,7 +456,9 @@ async def main_async(args) -> dict:
         # 1. Load the runs through a worker, stop it, check the changelog.
         loop = asyncio.get_running_loop()
         t = time.monotonic()
-        load, load_port = await loop.run_in_executor(None, start_worker, bootstrap, prefix, tmp, "load", extra)
+        load = await loop.run_in_executor(
+            None, lambda: start_worker(bootstrap, prefix, tmp, "load", extra, partitions=args.partitions)
+        )
         empty_start_s = time.monotonic() - t
         procs.append(load)
         cpu0, t = cpu_seconds(load.pid), time.monotonic()
@@ -535,8 +466,7 @@ async def main_async(args) -> dict:
         await wait_for_count(bootstrap, s.decisions_topic, calls, 1800)
         load_s = time.monotonic() - t
         load_cpu = cpu_seconds(load.pid) - cpu0
-        await asyncio.sleep(2 * (args.flush_interval_ms or settings_mod.Settings().flush_interval_ms) / 1000 + 5.5)
-        m = metrics(load_port)  # the gauge of active runs is updated every 5 s
+        await asyncio.sleep(2 * flush_interval_ms / 1000 + 5.5)  # the gauge of active runs is updated every 5 s
         loaded = {
             "events": len(lines),
             "tool_calls": calls,
@@ -544,53 +474,47 @@ async def main_async(args) -> dict:
             "events_per_s": round(len(lines) / load_s),
             "worker_cores": round(load_cpu / load_s, 2),
             "worker_rss_mb": rss_mb(load.pid),
-            "worker_active_runs": m.get("loopwarden_active_runs"),
-            "state_records_written": m.get("loopwarden_state_records_total"),
+            "worker_active_runs": load.metric("loopwarden_active_runs"),
+            "state_records_written": load.metric("loopwarden_state_records_total"),
             "generate_s": round(gen_s, 1),
         }
         t = time.monotonic()
-        end(load)
+        load.stop()
         loaded["sigterm_exit_s"] = round(time.monotonic() - t, 1)
-        loaded["sigterm_exit_code"] = load.returncode
+        loaded["sigterm_exit_code"] = load.proc.returncode if load.proc else None
         del lines
-        latest: dict | None = {} if args.compacted else None
-        changelog = await read_changelog(bootstrap, s.changelog_topic, s.partitions, latest)
+        latest: dict[bytes, tuple[int, bytes | None]] | None = {} if args.compacted else None
+        changelog = await read_changelog(bootstrap, s.changelog_topic, latest)
         if changelog["live_keys"] != args.runs:
             raise RuntimeError(f"the changelog holds {changelog['live_keys']} live runs, not {args.runs}")
 
         # 2. A fresh worker recovers them.
-        fresh_worker = launch.Worker(
-            worker_flags(bootstrap, prefix, tmp, "fresh", extra), tmp / "worker-fresh.log", cwd=ROOT
-        )
-        port = fresh_worker.port
         t0 = time.monotonic()
-        fresh = fresh_worker.start(wait=False).proc
-        assert fresh is not None
+        fresh = start_worker(bootstrap, prefix, tmp, "fresh", extra, partitions=args.partitions, wait=False)
         procs.append(fresh)
-        rec = await first_decision(bootstrap, s, fresh, port, t0, probe_event())
+        rec = await first_decision(s, fresh, t0, probe_event())
         rss_at_first_decision = rss_mb(fresh.pid)
         await asyncio.sleep(5.5)  # one more update of the active-runs gauge
-        m = metrics(port)
         result_worker = {
             "recovery_s": rec["recovery_s"],
             "first_decision_s": rec["first_decision_s"],
             "rss_mb": rss_mb(fresh.pid),
             "rss_mb_at_first_decision": rss_at_first_decision,
-            "active_runs_after_recovery": m.get("loopwarden_active_runs"),
+            "active_runs_after_recovery": fresh.metric("loopwarden_active_runs"),
             "empty_start_s": round(empty_start_s, 2),
             "fresh_worker_cpu_s": round(cpu_seconds(fresh.pid), 1),
             "probe_produced_s": rec["probe_produced_s"],
             "probe_decision": rec["probe_decision"],
             "health_states": rec["health_states"],
         }
-        end(fresh)
+        fresh.stop()
         result_worker["over_empty_start_s"] = round(rec["first_decision_s"] - empty_start_s, 2)
         result_worker["goal_s"] = round(3 * changelog["read_s"] + 1, 2)  # issue 26: 3 x the bare read + 1 s
         # 2b. The same, by the worker of --baseline (another revision, run from a git worktree).
-        baseline = await baseline_part(args.baseline, bootstrap, s, tmp, extra) if args.baseline else None
+        baseline = await baseline_part(args.baseline, s, tmp, extra) if args.baseline else None
 
         # 3. The same changelog into a throw-away table: memory:// and rocksdb://.
-        stores = (
+        stores: dict[str, Any] = (
             await rocksdb_part(bootstrap, s, tmp, changelog["live_keys"])
             if not args.no_rocksdb
             else {"rocksdb_not_measured": "skipped (--no-rocksdb)"}
@@ -609,12 +533,8 @@ async def main_async(args) -> dict:
             if r and r.get("assigned_to_recovered_s"):
                 r["records_per_s"] = round(r.get("changelog_records", n) / max(0.01, r["assigned_to_recovered_s"]))
     finally:
-        for p in procs:
-            end(p)
-        if broker:
-            localkafka.stop(broker)
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
+        for w in procs:
+            w.stop()
     return {
         "benchmark": "recovery",
         "runs": args.runs,
@@ -636,7 +556,7 @@ async def main_async(args) -> dict:
             "broker": "external" if args.bootstrap else f"local, fresh, heap {BROKER_HEAP}, full JIT",
             "partitions": args.partitions,
             "calls_per_run": args.calls,
-            "flush_interval_ms": args.flush_interval_ms or settings_mod.Settings().flush_interval_ms,
+            "flush_interval_ms": flush_interval_ms,
             "worker": "streams.cli worker, defaults otherwise (memory:// store)",
             "machine_cores": os.cpu_count(),
             "tmp": str(tmp) if args.keep else None,

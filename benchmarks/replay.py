@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from streams.tools.trace import CONFIG, generate
+
 ROOT = Path(__file__).resolve().parents[1]
 FLOOR = ROOT.parent / "shared" / "tools" / "replay_floor.py"
 GOAL_RATIO = 4.0
@@ -85,7 +87,7 @@ def _profile(src: str, cfg: str) -> list[dict[str, object]]:
     prof = cProfile.Profile()
     with open(src, "rb") as f:
         prof.runcall(run_replay, config, f, io.BytesIO(), io.StringIO())
-    stats = pstats.Stats(prof).stats
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]  # its table, which typeshed leaves out
     top = sorted(stats.items(), key=lambda kv: kv[1][2], reverse=True)[:12]  # by own time
     total = sum(v[2] for v in stats.values())
     return [
@@ -112,25 +114,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="loopwarden-replay-bench-") as d:
         src, cfg = args.input, args.config
         if src is None:
-            from streams.tools.trace import CONFIG, generate
-
             src = os.path.join(d, "events.jsonl")
-            with open(src, "wb") as f:
-                f.write(b"\n".join(generate(args.events)) + b"\n")
-            if cfg is None:
-                cfg = os.path.join(d, "config.json")
-                with open(cfg, "w") as f:
-                    json.dump(CONFIG, f)
-        if cfg is None:
-            from streams.tools.trace import CONFIG
-
+            with open(src, "wb") as trace:
+                trace.write(b"\n".join(generate(args.events)) + b"\n")
+        if cfg is None:  # the generated trace's config
             cfg = os.path.join(d, "config.json")
-            with open(cfg, "w") as f:
-                json.dump(CONFIG, f)
+            with open(cfg, "w") as config:
+                json.dump(CONFIG, config)
         src, cfg = os.path.abspath(src), os.path.abspath(cfg)
         size = os.path.getsize(src)
-        with open(src, "rb") as f:
-            events = sum(1 for _ in f)
+        with open(src, "rb") as lines:
+            events = sum(1 for _ in lines)
         wt = os.path.join(d, "baseline")
         rev = _worktree(args.baseline, wt)
         try:

@@ -16,7 +16,7 @@ runs-per-gateway / (rate / gateways) seconds (2 s by default: enough runs that t
 holds even while decisions take over a second; `slots_dropped` counts the calls the
 pacer could not place because every run was still waiting). A run makes 5-40 calls,
 each a check and, unless blocked, the tool's result, then its run_end; the calls are
-benchmarks/trace.py's (varied tools and params; --loop-share of the runs slide into a
+streams/tools/trace.py's (varied tools and params; --loop-share of the runs slide into a
 repeat, poll, ping-pong or unknown-tool loop and get warned and blocked; a blocked call
 sends no result, and a run the worker aborts ends at once). --abandon-share of the runs never send run_end (a crashed
 gateway): the worker must evict them. The client stamps every event with the wall
@@ -39,20 +39,26 @@ import asyncio
 import json
 import os
 import random
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from statistics import median
+from typing import Any
 
-from benchmarks.kafka import cpu_seconds, end, start_worker
-from benchmarks.recovery import metrics, rss_mb, stoppable
-from streams.admin.topics import create_topics
+from benchmarks.kafka import start_worker
+from benchmarks.recovery import stoppable
 from streams.gateway.client import GatewayClient
-from streams.kafka import settings as settings_mod
-from streams.tools import localkafka
+from streams.tools.harness import (
+    WorkerProcess,
+    cpu_seconds,
+    metric_value,
+    own_broker,
+    percentile,
+    rss_mb,
+    scratch,
+    setup_topics_async,
+)
 from streams.tools.trace import LOOP_KINDS, run_events
 
 BROKER_HEAP = "512m"
@@ -93,7 +99,9 @@ class Stats:
         self.latencies: list[float] = []  # since the last sample
 
 
-async def gateway(client: GatewayClient, pacer: Pacer, stats: Stats, args, stop: asyncio.Event, seed: int) -> None:
+async def gateway(
+    client: GatewayClient, pacer: Pacer, stats: Stats, args: argparse.Namespace, stop: asyncio.Event, seed: int
+) -> None:
     """One of the gateway's concurrent run slots: runs one after another until stopped. An
     error (counted) ends that run; the slot goes on with a new one, as a gateway would."""
     rng = random.Random(seed)
@@ -111,7 +119,13 @@ async def gateway(client: GatewayClient, pacer: Pacer, stats: Stats, args, stop:
 
 
 async def one_run(
-    client: GatewayClient, pacer: Pacer, stats: Stats, args, stop: asyncio.Event, rng: random.Random, run: str
+    client: GatewayClient,
+    pacer: Pacer,
+    stats: Stats,
+    args: argparse.Namespace,
+    stop: asyncio.Event,
+    rng: random.Random,
+    run: str,
 ) -> None:
     loop = rng.choice(LOOP_KINDS) if rng.random() < args.loop_share else None
     abandon = rng.random() < args.abandon_share
@@ -151,11 +165,10 @@ async def one_run(
     stats.runs_ended += 1
 
 
-def pct(xs: list[float], p: float) -> float | None:
-    if not xs:
-        return None
-    xs = sorted(xs)
-    return round(xs[min(len(xs) - 1, int(p * len(xs)))] * 1000, 1)
+def pct_ms(xs: list[float], p: float) -> float | None:
+    """The `p`-th percentile (harness.percentile) of seconds, in ms to a tenth."""
+    v = percentile(xs, p)
+    return round(v * 1000, 1) if v is not None else None
 
 
 def slope_mb_per_hour(points: list[tuple[float, float]]) -> float | None:
@@ -171,34 +184,29 @@ def slope_mb_per_hour(points: list[tuple[float, float]]) -> float | None:
     return round(sum((x - mx) * (y - my) for x, y in points) / sxx * 3600, 1)
 
 
-async def main_async(args) -> dict:
-    tmp = Path(tempfile.mkdtemp(prefix="loopwarden-soak-"))
-    broker = None
-    bootstrap = args.bootstrap
-    worker = None
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    with scratch("loopwarden-soak-", args.keep) as tmp:
+        with own_broker(args.bootstrap, tmp, heap=BROKER_HEAP, full_jit=True) as (bootstrap, broker):
+            return await soak(args, bootstrap, broker.pid if broker else None, tmp)
+
+
+async def soak(args: argparse.Namespace, bootstrap: str, broker_pid: int | None, tmp: Path) -> dict[str, Any]:
+    worker: WorkerProcess | None = None
     clients: list[GatewayClient] = []
-    tasks: list[asyncio.Task] = []
+    tasks: list[asyncio.Task[None]] = []
     warmup_s = args.warmup_minutes * 60 if args.warmup_minutes is not None else min(300.0, args.minutes * 60 / 6)
     try:
-        if not bootstrap:
-            broker = localkafka.start(tmp / "kafka", heap=BROKER_HEAP, full_jit=True, fresh=True)
-            bootstrap = broker.bootstrap
         prefix = f"soak-{uuid.uuid4().hex[:6]}."
-        s = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
-        await create_topics(s)
-        cfg = tmp / "soak-config.json"
-        cfg.write_text(
-            json.dumps(
-                {
-                    "tools": {"loopDetection": {"enabled": True}},
-                    "loopwarden": {"runIdleTimeoutMs": args.idle_timeout_ms},
-                }
-            )
-        )
-        # start_worker passes its own --config first; argparse keeps the last one given.
-        extra = ["--config", str(cfg), "--state-sweep-interval-s", str(args.sweep_interval_s)]
+        s = await setup_topics_async(bootstrap, prefix)
+        config = {
+            "tools": {"loopDetection": {"enabled": True}},
+            "loopwarden": {"runIdleTimeoutMs": args.idle_timeout_ms},
+        }
+        extra = ["--state-sweep-interval-s", str(args.sweep_interval_s)]
         loop = asyncio.get_running_loop()
-        worker, port = await loop.run_in_executor(None, start_worker, bootstrap, prefix, tmp, "soak", extra)
+        worker = await loop.run_in_executor(
+            None, lambda: start_worker(bootstrap, prefix, tmp, "soak", extra, config=config)
+        )
         for g in range(args.gateways):
             c = GatewayClient(settings=s, gateway_id=f"soak-gw-{g}")
             await c.__aenter__()
@@ -207,8 +215,8 @@ async def main_async(args) -> dict:
         stats, stop = Stats(), asyncio.Event()
         pacers = [Pacer(args.rate / args.gateways) for _ in clients]
         pids = {"worker": worker.pid, "load_generator": os.getpid()}
-        if broker:
-            pids["broker"] = broker.pid
+        if broker_pid:
+            pids["broker"] = broker_pid
         cpu0 = {k: cpu_seconds(pid) for k, pid in pids.items()}
         t0 = time.monotonic()
         for g, (c, p) in enumerate(zip(clients, pacers, strict=True)):
@@ -216,7 +224,7 @@ async def main_async(args) -> dict:
                 seed = g * 100_000 + k + args.seed * 10_000_000
                 tasks.append(asyncio.create_task(gateway(c, p, stats, args, stop, seed)))
 
-        series = []
+        series: list[dict[str, Any]] = []
         last_checks, last_t = 0, t0
         duration = args.minutes * 60
         while True:
@@ -224,32 +232,32 @@ async def main_async(args) -> dict:
             if elapsed >= duration:
                 break
             await asyncio.sleep(min(args.sample_s, duration - elapsed))
-            if worker.poll() is not None:
-                raise RuntimeError(f"the worker exited with {worker.returncode}; see {tmp}")
+            if not worker.alive():
+                raise RuntimeError(f"the worker exited; see {worker.log}")
             now = time.monotonic()
-            m = await loop.run_in_executor(None, metrics, port)
+            page = await loop.run_in_executor(None, worker.metrics)
             lat, stats.latencies = stats.latencies, []
             row = {
                 "minute": round((now - t0) / 60, 2),
                 "rss_mb": rss_mb(worker.pid),
-                "active_runs": m.get("loopwarden_active_runs"),
-                "evicted": m.get("loopwarden_runs_evicted_total"),
+                "active_runs": metric_value(page, "loopwarden_active_runs"),
+                "evicted": metric_value(page, "loopwarden_runs_evicted_total"),
                 "checks_per_s": round((stats.checks - last_checks) / (now - last_t), 1),
-                "p50_ms": pct(lat, 0.5),
-                "p99_ms": pct(lat, 0.99),
+                "p50_ms": pct_ms(lat, 50),
+                "p99_ms": pct_ms(lat, 99),
             }
             series.append(row)
             last_checks, last_t = stats.checks, now
             print(json.dumps(row), file=sys.stderr, flush=True)
         wall = time.monotonic() - t0
         cpu = {k: round((cpu_seconds(pid) - cpu0[k]) / wall, 2) for k, pid in pids.items()}
-        final = metrics(port)
+        final = worker.metrics()
         stop.set()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         tasks = []
-        worker_alive = worker.poll() is None
+        worker_alive = worker.alive()
         degraded_by_client = sum(c.degraded for c in clients)
     finally:
         for t in tasks:
@@ -262,11 +270,7 @@ async def main_async(args) -> dict:
             except Exception:
                 pass
         if worker is not None:
-            end(worker)
-        if broker:
-            localkafka.stop(broker)
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
+            worker.stop()
 
     after = [r for r in series if r["minute"] * 60 >= warmup_s - 1e-6 and r["rss_mb"] is not None]
     rss_warm = after[0]["rss_mb"] if after else None
@@ -308,7 +312,7 @@ async def main_async(args) -> dict:
         if (p99s := [r["p99_ms"] for r in series if r["p99_ms"] is not None])
         else None,
         "final_metrics": {
-            k: final.get(k)
+            k: metric_value(final, k)
             for k in (
                 "loopwarden_active_runs",
                 "loopwarden_runs_evicted_total",
