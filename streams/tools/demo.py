@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..kafka import settings as settings_mod
 from . import localkafka
-from .launch import Worker
+from .harness import WorkerProcess
 from .loops import BREAKER_AGENT
 from .simulate import simulate
 from .top import Top, show
@@ -69,27 +68,12 @@ def run_demo(args: DemoOptions) -> int:
             broker = localkafka.start(work / "kafka")
             bootstrap = broker.bootstrap
         prefix = f"demo-{uuid.uuid4().hex[:6]}."
-        config = EXAMPLE_CONFIG
-        if not config.exists():
-            config = work / "config.json"
-            config.write_text(json.dumps(FALLBACK_CONFIG))
-        worker = Worker(
-            [
-                "--bootstrap",
-                bootstrap,
-                "--topic-prefix",
-                prefix,
-                "--config",
-                str(config),
-                "--data-dir",
-                str(work / "data"),
-            ],
-            work / "worker.log",
-        )
+        config = EXAMPLE_CONFIG if EXAMPLE_CONFIG.exists() else FALLBACK_CONFIG
+        worker = WorkerProcess(bootstrap, prefix, config, work, log_level="warning")
         port = worker.port
         print(f"starting a worker on {bootstrap} (log: {worker.log})...", file=sys.stderr)
         worker.start()
-        settings = settings_mod.build({"bootstrap": bootstrap, "topic_prefix": prefix}, env={})
+        settings = worker.topics
         print(
             f"fleet of {args.gateways} gateways for {args.seconds:g}s; metrics at http://127.0.0.1:{port}/metrics",
             file=sys.stderr,
