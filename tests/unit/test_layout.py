@@ -103,6 +103,40 @@ def test_nothing_in_the_project_imports_the_deprecated_paths():
         assert not old, f"{path.relative_to(ROOT)} imports {sorted(old)}"
 
 
+def test_the_tests_import_nothing_from_the_benchmarks():
+    # What the tests and the benchmarks share is in streams/tools (the harness, the trace):
+    # a benchmark changes with what it measures, and no test depends on it.
+    files = sorted((ROOT / "tests").rglob("*.py"))
+    assert len(files) > 50
+    for path in files:
+        found = {m for m in imported_modules(path) if _within(m, ("benchmarks",))}
+        assert not found, f"{path.relative_to(ROOT)} imports {sorted(found)}"
+
+
+def _starts_a_worker(call: ast.Call) -> bool:
+    """`Worker(...)` or `launch.Worker(...)` (not Faust's), or `command("worker", ...)`."""
+    f = call.func
+    if isinstance(f, ast.Name) and f.id == "Worker":
+        return True
+    if isinstance(f, ast.Attribute) and f.attr == "Worker" and isinstance(f.value, ast.Name):
+        return f.value.id == "launch"
+    named = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+    first = call.args[0] if call.args else None
+    return named == "command" and isinstance(first, ast.Constant) and first.value == "worker"
+
+
+def test_tests_and_benchmarks_start_a_worker_one_way():
+    # `loopwarden worker` as a child process is streams.tools.harness.WorkerProcess, for
+    # every test and benchmark (the launcher's own tests aside).
+    own = {ROOT / "streams" / "tools" / "harness.py", ROOT / "tests" / "unit" / "test_launch.py"}
+    files = [p for d in ("tests", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+    files += [ROOT / "streams" / "tools" / "demo.py"]
+    for path in sorted(set(files) - own):
+        tree = ast.parse(path.read_text())
+        calls = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and _starts_a_worker(n)]
+        assert not calls, f"{path.relative_to(ROOT)} starts a worker itself, line {calls}"
+
+
 def test_a_replay_starts_without_kafka_or_logging(tmp_path):
     # `loopwarden replay` is timed against a floor that imports next to nothing: what it
     # needs no client, event loop or logging for stays unloaded (each costs start-up time).
