@@ -188,12 +188,15 @@ class SpendStage:
             for unit, mark, *_ in warnings:
                 marks[("tokens", "cost", "calls").index(unit)] = mark
             state = msgspec.structs.replace(state, marks=(marks[0], marks[1], marks[2]))
-        await self._store(windows, key, mid, state)
-        self.metrics.spend_records.inc()
+        # published before the state is stored: a worker that dies between the two counts
+        # the record again and says it twice (alerts and the fleet record are keyed by
+        # subject), rather than storing a reached window and never pausing its calls
         for unit, mark, percent, used, ceiling in warnings:
             await self._warn(cap, rec, unit, mark, percent, used, ceiling)
         if signal is not None:
             await self._reached(signal)
+        await self._store(windows, key, mid, state)
+        self.metrics.spend_records.inc()
 
     async def _watch(self, cfg: AnomalyConfig, rec: SpendRecord, source: tuple[int, int] | None) -> None:
         w = self.anomaly
@@ -202,6 +205,7 @@ class SpendStage:
         mid = rec.window_start + size / 2
         state = w.get(key, mid) or SpendState(ANOMALY_CAP, key, rec.window_start, size, (None, None, None))
         if source is not None and state.counted(*source):
+            self.metrics.spend_duplicates.inc()
             return
         count, _ = add_spend(anomaly_cap(cfg), state.count, rec)
         seen = state.seen if source is None else {**state.seen, source[0]: source[1]}
@@ -215,9 +219,10 @@ class SpendStage:
             found = anomalous(cfg, key, rec.window_start, count, [p.count if p else NOTHING for p in previous])
             if found is not None:
                 state = msgspec.structs.replace(state, signal=f"anomaly:{key}:{rec.window_start}")
-        await self._store(w, key, mid, state)
-        if found is not None:
+        if found is not None:  # (said before it is stored, as a cap's signal)
             await self._anomaly(found, rec, cfg)
+        await self._store(w, key, mid, state)
+        self.metrics.spend_records.inc()
 
     async def _store(self, windows: Windows, key: str, at_ms: float, state: SpendState, tries: int = 60) -> None:
         """Write a window's state, waiting out a changelog topic the consumer's metadata
@@ -266,7 +271,7 @@ class SpendStage:
             f"agent {a.key or '(none)'} spent {a.used} {a.kind} in this window, above {cfg.factor:g} times "
             f"the median of its previous {a.windows} windows ({a.norm:g})"
         )
-        fields = {"agent_id": a.key, "window_start": a.window_start, "window_ms": cfg.window_ms, "kind": a.kind}
+        fields = {"agent_id": a.key, "window_start": a.window_start, "window_ms": cfg.window_ms, "unit": a.kind}
         fields |= {"used": a.used, "median": a.norm, "factor": cfg.factor, "windows": a.windows}
         rec_alert = alert("spend_anomaly", rec.ts, subject, summary, **fields)
         await self.send(self.settings.alerts_topic, subject.encode(), rec_alert)
