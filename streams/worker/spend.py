@@ -311,6 +311,10 @@ def install(app: Any, settings: Settings, config_of: Any, metrics: Any) -> Spend
     async def spend_stage(stream: Any) -> None:
         async for event in stream.events():
             m = event.message
-            await stage.take(event.value, m.headers, m.offset)
+            try:
+                await stage.take(event.value, m.headers, m.offset)
+            except Exception:  # a bad record or a bug costs that record, not the stage (Faust would restart it past it)
+                metrics.spend_skipped.inc()
+                log.exception("the spend stage could not count the record at offset %d", m.offset)
 
     return stage
