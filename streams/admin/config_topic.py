@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from detectors import ConfigError, DetectionConfig, load_config
 from detectors.config import document_id, parse_document
 
+from ..kafka import compacted
+from ..kafka.compacted import READ_TIMEOUT_S
 from ..kafka.settings import Settings
-from . import compacted
-from .compacted import READ_TIMEOUT_S
 
 log = logging.getLogger("loopwarden.configs")
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from detectors.errors import DecodeError
 from detectors.fleet import Breaker, FleetRecord, FleetView, StopOrder, decode_fleet_record, encode_fleet_record
 
+from ..kafka import compacted
 from ..kafka.errors import SettingsError
 from ..kafka.settings import Settings
-from . import compacted
 
 log = logging.getLogger("loopwarden.fleet")
 

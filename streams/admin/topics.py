@@ -6,8 +6,6 @@ cluster needs no extra step), and by the tests' and benchmarks' setups.
 
 from __future__ import annotations
 
-import contextlib
-
 from ..kafka.settings import Settings
 
 
@@ -37,23 +35,8 @@ def topic_specs(s: Settings) -> list[tuple[str, int, dict[str, str]]]:
 
 
 async def create_topics(s: Settings) -> list[str]:
-    """Create the topics of `topic_specs` that do not exist yet; existing ones are kept.
-
-    A broker that cannot be reached, refuses the login or presents a certificate the CA
-    does not vouch for is a BrokerError that says which (see errors.broker_error)."""
-    from aiokafka.admin import NewTopic
-    from aiokafka.errors import TopicAlreadyExistsError
-
+    """Create the topics of `topic_specs` that do not exist yet; existing ones are kept
+    (a BrokerError names a broker that cannot be reached or refuses the login)."""
     from ..kafka import clients
 
-    specs = topic_specs(s)
-    admin = clients.admin(s)
-    created = []
-    async with clients.opened(admin, s):
-        existing = set(await admin.list_topics())
-        todo = [NewTopic(n, p, s.replication, topic_configs=c) for n, p, c in specs if n not in existing]
-        if todo:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(todo)
-            created = [t.name for t in todo]
-    return created
+    return await clients.create_topics(s, topic_specs(s))

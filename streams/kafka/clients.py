@@ -125,3 +125,24 @@ async def partition_count(consumer: Any, topic: str, tries: int = 50) -> int | N
         await consumer._client.force_metadata_update()  # aiokafka has no public call for it
         await asyncio.sleep(0.1)
     return None
+
+
+async def create_topics(s: Settings, specs: list[tuple[str, int, dict[str, str]]]) -> list[str]:
+    """Create the topics of `specs` (name, partitions, topic configs) that do not exist
+    yet, with the settings' replication; existing ones are kept. The names created.
+
+    A broker that cannot be reached, refuses the login or presents a certificate the CA
+    does not vouch for is a BrokerError that says which (see errors.broker_error)."""
+    from aiokafka.admin import NewTopic
+    from aiokafka.errors import TopicAlreadyExistsError
+
+    client = admin(s)
+    created = []
+    async with opened(client, s):
+        existing = set(await client.list_topics())
+        todo = [NewTopic(n, p, s.replication, topic_configs=c) for n, p, c in specs if n not in existing]
+        if todo:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await client.create_topics(todo)
+            created = [t.name for t in todo]
+    return created

@@ -20,14 +20,16 @@ from detectors import DetectionConfig
 from detectors.config import document_id
 
 from ..admin.config_topic import ConfigHistory
-from ..admin.fleet_topic import FleetLedger, read_fleet
-from ..kafka import faust_compat
+from ..admin.fleet_topic import FleetLedger
+from ..kafka import clients as kafka_clients
+from ..kafka import compacted, faust_compat
+from ..kafka.delivery import fill_hole
+from ..kafka.loop_clients import LoopClients
 from ..kafka.settings import read_detection_config
 from . import config_follow, rebalance, watchdog
 from . import fleet as fleet_stage
 from . import spend as spend_stage
 from .batches import BatchLoop
-from .delivery import fill_hole
 from .health import Health
 from .metrics import Metrics
 from .parts import build_parts
@@ -64,21 +66,21 @@ def _credentials(s: WorkerSettings) -> faust.SASLCredentials | faust.SSLCredenti
 
 def create_app(
     settings: WorkerSettings,
-    config: DetectionConfig | None = None,
+    config: DetectionConfig,
+    clients: LoopClients,
+    config_id: str | None = None,
     history: ConfigHistory | None = None,
     fleet: FleetLedger | None = None,
 ) -> faust.App:
     """The worker app: one agent over the events topic, the batch loop that folds its
-    events with the parts built here (parts.py), and the pieces around them (health.py,
-    config_follow.py, rebalance.py, fleet.py).
+    events with the parts built here (parts.py) over the Kafka `clients`, and the pieces
+    around them (health.py, config_follow.py, rebalance.py, fleet.py, spend.py).
 
-    Without a config (`--config` or `config`) the worker follows the config topic
-    (streams/admin/config_topic.py): it starts under the current config of `history` (what
-    run_worker read from the topic before building the app; the built-in defaults
-    while there is none) and switches to each new current one between two batches."""
-    following = config is None and not settings.config
-    history = history if history is not None else ConfigHistory()
-    config, config_id = _starting_config(settings, config, history if following else None)
+    It starts under `config` (named `config_id`; None: the built-in defaults or a file).
+    With a `history` the worker follows the config topic (streams/admin/config_topic.py):
+    that is what run_worker read of it before building the app, and the worker switches
+    to each new current config between two batches. `fleet`: the fleet topic as read."""
+    following = history is not None
     metrics = Metrics()
     app = _faust_app(settings)
     # The run states: a dict of the worker's own, which the batch loop's RunStore writes to
@@ -92,6 +94,7 @@ def create_app(
         lambda: runs,
         partition_of=lambda key: (murmur2(key) & 0x7FFFFFFF) % settings.partitions,
         tombstone_delay=2 * app.conf.broker_commit_interval + settings.flush_interval_ms / 1000.0,
+        clients=clients,
     )
     ledger = fleet if fleet is not None else FleetLedger()  # stop orders, breakers, spend caps received
     batches = BatchLoop(
@@ -108,34 +111,62 @@ def create_app(
     # run_worker reads its failure; faust.App takes the attribute but does not declare it
     app.batches = batches  # type: ignore[attr-defined]
     inbox: list[Any] = []  # the agent's channel, once its stream has started
-    if following:
+    if history is not None:
         switch = config_follow.ConfigSwitch(settings, history, batches, metrics.config_in_use(config_id))
         config_follow.install(app, switch)
     else:
         metrics.config_in_use(config_id)
     breaker = following or config.tool_breaker is not None  # see fleet_stage.install
     fleet_stage.install(app, settings, ledger, lambda: batches.config, metrics, breaker)
-    if spend_stage.forwarded_caps(config):  # a worker without caps or the anomaly watch reads no spend topic
+    if config.spend_caps or config.spend_anomaly is not None:  # else the worker reads no spend topic
         spend_stage.install(app, settings, lambda: batches.config, metrics)
     rebalance.install(app, settings, batches, metrics, inbox)
     Health(app, batches, settings.events_topic, following).install(app)
-    faust_compat.deliver_inline(app.consumer)  # no task per message fetched
     _install_loop(app, settings, runs, batches, metrics, inbox)
     return app
 
 
-def _starting_config(
-    settings: WorkerSettings, config: DetectionConfig | None, history: ConfigHistory | None
-) -> tuple[DetectionConfig, str | None]:
-    """The config the worker starts under and its id (None: the built-in defaults):
-    `history`'s current one when following the config topic, else `config` or the
-    settings' file, read once."""
-    if history is not None:
-        current = history.current_config()
-        return (current, history.current) if current is not None else (DetectionConfig({}), None)
-    if config is None:
+def run_worker(settings: WorkerSettings) -> None:
+    """Run one worker until SIGTERM/SIGINT (no spinner, plain log lines).
+
+    Kafka first, the app on top: the topics are made (idempotent: a fresh cluster needs
+    no extra step), the config topic (unless --config) and the fleet topic are read to
+    their ends, so the first event folded is decided under the current config and
+    against every stop order in force, and the batch loop's clients are made."""
+    from ..admin.topics import topic_specs
+
+    history, ledger = ConfigHistory(), FleetLedger()
+    specs = topic_specs(settings)
+    created = asyncio.run(kafka_clients.create_topics(settings, specs))
+    if not settings.config:
+        asyncio.run(compacted.read_whole(settings, settings.config_topic, history))
+    asyncio.run(compacted.read_whole(settings, settings.fleet_topic, ledger))
+    clients = LoopClients.of(settings, settings.app_id)
+    config_id: str | None = None
+    if settings.config:
         config = read_detection_config(settings.config)
-    return config, document_id(config.document) if settings.config else None
+        config_id = document_id(config.document)
+    else:  # the current config on the topic; the built-in defaults while there is none
+        config, config_id = history.current_config() or DetectionConfig({}), history.current
+    app = create_app(settings, config, clients, config_id, None if settings.config else history, ledger)
+    if created:
+        log.warning("created topics %s", ", ".join(created))
+
+    # Every stop is bounded: a SIGTERM or SIGINT, or any other way out, arms the deadline,
+    # so the process ends within stop_timeout_s (exit 143 or 130 if the graceful stop did
+    # not finish, 1 after a crash).
+    def on_stop_begins(code: int, why: str) -> None:
+        watchdog.arm(settings.stop_timeout_s, code, why)
+
+    worker = faust_compat.Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
+    worker.on_stop_begins = on_stop_begins
+    worker.spinner = None
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        if app.batches.failed is not None and not exc.code:  # type: ignore[attr-defined]  # set by create_app
+            raise SystemExit(1) from None  # stopped because output could not be published
+        raise
 
 
 def _crash(app: faust.App, settings: WorkerSettings, exc: BaseException) -> None:
@@ -210,6 +241,7 @@ def _install_loop(
 ) -> None:
     """The agent and the batch loop as a service (and the chores)."""
     events = app.topic(settings.events_topic, partitions=settings.partitions, **RAW)
+    faust_compat.deliver_inline(app.consumer)  # no task per message fetched
 
     @app.service
     class _Batches(Service):  # started and stopped with the worker
@@ -268,31 +300,3 @@ def _install_chores(app: faust.App, settings: WorkerSettings, runs: Any, batches
     @app.page("/metrics")
     async def metrics_page(web: View, request: Request) -> Response:
         return web.bytes(generate_latest(metrics.registry), content_type=CONTENT_TYPE_LATEST.split(";")[0])
-
-
-def run_worker(settings: WorkerSettings) -> None:
-    """Run one worker until SIGTERM/SIGINT (no spinner, plain log lines)."""
-    from ..admin.config_topic import read_configs
-    from ..admin.topics import create_topics
-
-    # Without --config the worker follows the config topic: it is read to its end now,
-    # before the app exists, so the first event folded is decided under the current config.
-    history = None if settings.config else asyncio.run(read_configs(settings))
-    created = asyncio.run(create_topics(settings))  # idempotent: a fresh cluster needs no extra step
-    # The fleet topic, read to its end before the first batch: a stop order in force is
-    # applied to the first call folded.
-    app = create_app(settings, history=history, fleet=asyncio.run(read_fleet(settings)))
-    if created:
-        log.warning("created topics %s", ", ".join(created))
-    worker = faust_compat.Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
-    # Every stop is bounded: a SIGTERM or SIGINT, or any other way out, arms the deadline,
-    # so the process ends within stop_timeout_s (exit 143 or 130 if the graceful stop did
-    # not finish, 1 after a crash).
-    worker.on_stop_begins = lambda code, why: watchdog.arm(settings.stop_timeout_s, code, why)
-    worker.spinner = None
-    try:
-        worker.execute_from_commandline()
-    except SystemExit as exc:
-        if app.batches.failed is not None and not exc.code:  # type: ignore[attr-defined]  # set by create_app
-            raise SystemExit(1) from None  # stopped because output could not be published
-        raise

@@ -51,21 +51,21 @@ class Metrics:
         self._fleet()
 
     def _delivery(self) -> None:
-        """Events lost between Faust's consumer and the agent (delivery.py)."""
+        """Events lost between Faust's consumer and the agent (kafka/delivery.py)."""
         counter = self._counter
         self.rereads = counter(
             "loopwarden_partitions_reread",
-            "Times an events partition was read again: events were fetched but never reached the agent (delivery.py)",
+            "Times an events partition was read again: events were fetched but never reached the agent",
             "partition",
         )
         self.holes = counter(
             "loopwarden_offset_holes",
-            "Times events reached the agent past a hole (events lost on the way), read from the broker (delivery.py)",
+            "Times events reached the agent past a hole (events lost on the way), read from the broker",
             "partition",
         )
         self.holes_unfilled = counter(
             "loopwarden_offset_holes_unfilled",
-            "Holes whose events could not be read from the broker: those events went unanswered (delivery.py)",
+            "Holes whose events could not be read from the broker: those events went unanswered",
             "partition",
         )
 

@@ -10,8 +10,9 @@ from typing import Any
 
 from detectors import DetectionConfig
 
+from ..kafka.delivery import GroupStarts, Holes
+from ..kafka.loop_clients import LoopClients
 from ..kafka.producer import BatchProducer
-from .delivery import GroupStarts, Holes
 from .metrics import Metrics
 from .recovery import Gate, Recovery
 from .run_store import RunStore
@@ -57,18 +58,21 @@ def build_parts(
     store: Callable[[], Any],
     partition_of: Callable[[bytes], int | None],
     tombstone_delay: float,
+    clients: LoopClients,
 ) -> LoopParts:
-    """The batch loop's parts over the run states in `store()`, for `config`'s idle timeout."""
-    publisher, states = BatchProducer(settings), BatchProducer(settings)
-    runs = RunStore(store, settings.changelog_topic, states, partition_of, config.idle_timeout_ms, tombstone_delay)
+    """The batch loop's parts over the run states in `store()`, for `config`'s idle
+    timeout, talking to Kafka through `clients`."""
+    runs = RunStore(
+        store, settings.changelog_topic, clients.states, partition_of, config.idle_timeout_ms, tombstone_delay
+    )
     recovery = Recovery(settings, runs, metrics)
     return LoopParts(
-        publisher=publisher,
-        states=states,
+        publisher=clients.publisher,
+        states=clients.states,
         runs=runs,
         recovery=recovery,
         gate=Gate(recovery),
         holes=Holes(),
-        starts=GroupStarts(settings, settings.app_id),
+        starts=clients.starts,
         trace=tracer_from_env(),
     )

@@ -5,16 +5,16 @@ later owner folds from the group's committed offset) and the delivery watch stop
 watching them; on assignment the watch starts timing the new ones, and the run store
 keeps the states of the partitions it still owns, drops the others' and loads the new
 ones' from the changelog (recovery.py). The delivery watch
-itself (delivery.py) runs here too: it reads again events Faust fetched but lost.
+itself (streams/kafka/delivery.py) runs here too: it reads again events Faust fetched but lost.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..kafka.delivery import DeliveryWatch
 from ..kafka.settings import Settings
 from .batches import BatchLoop
-from .delivery import DeliveryWatch
 from .metrics import Metrics
 
 

@@ -1,7 +1,7 @@
 """Events that Faust fetched but lost before the agent are read again and answered.
 
 faust-streaming was seen to lose fetched records on their way to the agent about once in
-60 quick worker starts; the worker then never answered them (streams/worker/delivery.py).
+60 quick worker starts; the worker then never answered them (streams/kafka/delivery.py).
 Here the loss is made to happen on every start: tests/integration/faults/sitecustomize.py,
 on the worker's PYTHONPATH, drops the first records the consumer fetches."""
 

@@ -78,7 +78,10 @@ def test_worker_and_client_over_sasl_ssl_keep_the_password_to_themselves(secure,
     assert p.returncode == 0, p.stderr
     assert sorted(json.loads(p.stdout)["created"]) == sorted(
         prefix + t
-        for t in ("events", "decisions", "deadletter", "worker-runs-changelog", "config", "fleet", "alerts", "failures")
+        for t in (
+            *("events", "decisions", "deadletter", "worker-runs-changelog"),
+            *("config", "fleet", "alerts", "failures", "spend"),
+        )
     )
 
     # The worker speaks SCRAM-SHA-512, the client and `topics create` SCRAM-SHA-256.

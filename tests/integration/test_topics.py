@@ -52,4 +52,5 @@ def test_topics_create_is_idempotent_and_sets_cleanup_policies(bootstrap):
         f"{prefix}fleet": (1, "compact"),
         f"{prefix}alerts": (1, "delete"),
         f"{prefix}failures": (3, "delete"),
+        f"{prefix}spend": (3, "delete"),
     }

@@ -127,7 +127,7 @@ def starts_until_exit(bootstrap: str, s, w, starts: int) -> tuple[list[float], l
         log = log_since(w, offset)
         # About one quick start in 60 (more on a busy machine), Faust fetches a partition
         # and loses its records on the way to the agent; the worker reads it again after
-        # 5 quiet seconds (streams/worker/delivery.py), and then crashes as it should.
+        # 5 quiet seconds (streams/kafka/delivery.py), and then crashes as it should.
         reread += "were fetched but never reached the agent" in log
         assert secs is not None, f"start {start}: no crash within 40 s ({reread} reread before):\n{w.tail()}"
         took.append(secs)

@@ -1,4 +1,4 @@
-"""The delivery watch (streams/worker/delivery.py): which partitions are read again, from
+"""The delivery watch (streams/kafka/delivery.py): which partitions are read again, from
 where, and when nothing is touched. A consumer in memory stands in for Faust's; the
 real one is exercised by tests/integration/test_worker_exits.py."""
 
@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import pytest
 
-from streams.worker.delivery import DeliveryWatch, Holes, Partition, to_rewind
+from streams.kafka.delivery import DeliveryWatch, Holes, Partition, to_rewind
 
 TOPIC = "p.events"
 

@@ -12,6 +12,7 @@ from typing import Any
 from detectors import DetectionConfig
 from streams.kafka import faust_compat
 from streams.kafka import settings as settings_mod
+from streams.kafka.loop_clients import LoopClients
 from streams.worker.app import create_app
 from streams.worker.settings import WorkerSettings
 
@@ -24,7 +25,7 @@ def _consumer(tmp_path: Path, on_message: Handler) -> Any:
     s = settings_mod.build(
         {"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={}, kind=WorkerSettings
     )
-    app = create_app(s, config=DetectionConfig({}))
+    app = create_app(s, DetectionConfig({}), LoopClients.of(s, s.app_id))
     consumer = app.consumer
     assert consumer.callback is not app.topics.on_message  # create_app wrapped it
     consumer = app.transport.create_consumer(

@@ -9,7 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from detectors import DetectionConfig
+from streams.admin.config_topic import ConfigHistory
 from streams.kafka import settings as settings_mod
+from streams.kafka.loop_clients import LoopClients
 from streams.worker.app import create_app
 from streams.worker.settings import WorkerSettings
 
@@ -20,7 +22,10 @@ def _consumed(config: DetectionConfig | None, tmp_path: Path) -> tuple[set[str],
     s = settings_mod.build(
         {"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={}, kind=WorkerSettings
     )
-    app = create_app(s, config=config)
+    if config is None:  # following the config topic, none on it yet
+        app = create_app(s, DetectionConfig({}), LoopClients.of(s, s.app_id), history=ConfigHistory())
+    else:
+        app = create_app(s, config, LoopClients.of(s, s.app_id))
     topics = {t for agent in app.agents.values() for t in agent.channel.topics}
     return topics, set(app.tables.keys())
 
@@ -49,7 +54,7 @@ def test_the_agent_folds_a_lone_event_itself_only_when_nothing_waits_is_handled_
     s = settings_mod.build(
         {"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={}, kind=WorkerSettings
     )
-    loop = create_app(s, config=DetectionConfig({})).batches  # type: ignore[attr-defined]
+    loop = create_app(s, DetectionConfig({}), LoopClients.of(s, s.app_id)).batches  # type: ignore[attr-defined]
 
     async def check() -> None:
         assert loop.can_handle_now()
@@ -80,7 +85,7 @@ def test_a_flush_acknowledges_its_events_a_slice_at_a_time_letting_the_loop_run_
     s = settings_mod.build(
         {"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={}, kind=WorkerSettings
     )
-    loop = create_app(s, config=DetectionConfig({})).batches  # type: ignore[attr-defined]
+    loop = create_app(s, DetectionConfig({}), LoopClients.of(s, s.app_id)).batches  # type: ignore[attr-defined]
     ticks, seen = [0], []
 
     async def check() -> None:
@@ -118,7 +123,7 @@ def test_events_arriving_while_the_last_output_travels_go_out_with_the_batch_wai
     s = settings_mod.build(
         {"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={}, kind=WorkerSettings
     )
-    loop = create_app(s, config=DetectionConfig({})).batches  # type: ignore[attr-defined]
+    loop = create_app(s, DetectionConfig({}), LoopClients.of(s, s.app_id)).batches  # type: ignore[attr-defined]
     sends: list[list] = []
 
     def event(seq: int) -> SimpleNamespace:

@@ -1,7 +1,7 @@
 """Fault injection for one worker process (tests/integration/test_lost_fetch.py puts this
 folder on the worker's PYTHONPATH): the first LOOPWARDEN_TEST_LOSE_FETCHED records of
 the events topic that Faust's consumer fetches are dropped on their way to the agent,
-as faust-streaming was seen to do after a start (streams/worker/delivery.py): every
+as faust-streaming was seen to do after a start (streams/kafka/delivery.py): every
 event fetched, and nothing after them. With LOOPWARDEN_TEST_LOSE_AFTER=K, the first K records go through
 and the LOOPWARDEN_TEST_LOSE_FETCHED after them are lost: a hole in the middle of what
 reaches the agent. The consumer's position has moved past them; nothing else is changed."""

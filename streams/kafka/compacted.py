@@ -1,9 +1,9 @@
-"""Reading and following a one-partition compacted topic (the config and fleet topics).
+"""Reading and following a one-partition compacted topic.
 
-Both topics are small logs that every worker reads whole at start and then follows: the
-config topic (`config_topic.py`) and the fleet topic (`fleet_topic.py`). What differs is
-what a record means, which each gives as a `Ledger` (its `add` takes one record in, and
-logs and skips one it cannot read). Reading and following are the same, and live here.
+loopwarden has two such small logs that every worker reads whole at start and then
+follows (the config and fleet topics, streams/admin). What differs is what a record
+means, which each gives as a `Ledger` (its `add` takes one record in, and logs and skips
+one it cannot read). Reading, following and publishing are the same, and live here.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from ..kafka import clients, ranges
-from ..kafka.settings import Settings
+from . import clients, ranges
+from .settings import Settings
 
 log = logging.getLogger("loopwarden.admin")
 

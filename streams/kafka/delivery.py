@@ -42,7 +42,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from ..kafka import clients, faust_compat, ranges
+from . import clients, faust_compat, ranges
 
 log = logging.getLogger("loopwarden.worker")
 
