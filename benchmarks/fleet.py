@@ -1,5 +1,6 @@
-"""The fleet's propagation: from a breaker's opening failure, or from `loopwarden stop`'s
-return, to the first call it decides on each worker.
+"""The fleet's propagation: from a breaker's opening failure, from `loopwarden stop`'s
+return, or from the usage event that reaches a spend cap, to the first call it decides on
+each worker.
 
     python -m benchmarks.fleet [--bootstrap HOST:PORT] [--trials 20] [--rate 300]
                                [--workers 3] [--partitions 12]
@@ -11,11 +12,14 @@ sent, then probe calls of that tool go out every 20 ms on one run owned by each 
 (found from /health and Kafka's partitioner) until each worker has answered one with
 `fleet_tool_breaker`. Each stop trial publishes a stop order for an agent of its own
 (as `loopwarden stop` does, and times from its return), then probes that agent on each
-worker until each has answered `operator_stop`. A trial's time on a worker is from the
-opening failure's acknowledgement (or the order's) to the arrival of the first blocked
-(aborted) decision; probes are 20 ms apart, so that much is resolution. Prints one JSON
-object: p50, p99 and max per kind, over trials and workers, and the cores each process
-used.
+worker until each has answered `operator_stop`. Each cap trial sends, for an agent of
+its own, one `usage` event that reaches a per-agent cost cap (the workers forward it to
+the spend stage, which publishes the cap's signal on the fleet topic), then probes that
+agent on each worker until each has answered `fleet_spend_cap`. A trial's time on a
+worker is from the acknowledgement of the opening failure (the order, the usage event)
+to the arrival of the first blocked (aborted, paused) decision; probes are 20 ms apart,
+so that much is resolution. Prints one JSON object: p50, p99 and max per kind, over
+trials and workers, and the cores each process used.
 """
 
 from __future__ import annotations
@@ -45,10 +49,15 @@ from streams.tools.harness import (
 )
 
 MIN_RUNS = 3
+CAP_USD = 1.0
 CONFIG = {
     "tools": {"loopDetection": {"enabled": True}},
     "loopwarden": {
-        "fleet": {"toolBreaker": {"enabled": True, "minRuns": MIN_RUNS, "windowMs": 600000, "coolDownMs": 600000}}
+        "fleet": {
+            "toolBreaker": {"enabled": True, "minRuns": MIN_RUNS, "windowMs": 600000, "coolDownMs": 600000},
+            # the other traffic counts too (its calls, under the agent ""), never up to a ceiling
+            "spendCaps": [{"id": "bench-cost", "per": "agent", "costUsd": CAP_USD}],
+        }
     },
 }
 PROBE_EVERY_S = 0.02
@@ -165,6 +174,18 @@ class Bench:
             returned,
         )
 
+    async def cap_trial(self, k: int, workers: int) -> list[float]:
+        agent = f"cap-agent-{k}-{int(time.time())}"
+        probes = [self.run_on(w, f"c{k}-probe-w{w}") for w in range(workers)]
+        await self.send({"type": "usage", "run_id": f"c{k}-usage", "agent_id": agent, "cost_usd": CAP_USD})
+        reached = time.monotonic()  # the usage event that reaches the cap is acknowledged
+        return await self.probe_until(
+            probes,
+            lambda run: {"type": "tool_call", "run_id": run, "agent_id": agent, "tool_name": "read", "params": {}},
+            "fleet_spend_cap",
+            reached,
+        )
+
 
 def summary(xs: list[float]) -> dict[str, Any]:
     """Seconds as milliseconds, to a tenth: p50, p99 (harness.percentile) and max."""
@@ -205,9 +226,11 @@ async def trials(
     t0 = time.monotonic()
     breaker: list[float] = []
     stops: list[float] = []
+    caps: list[float] = []
     for k in range(args.trials):
         breaker += await bench.breaker_trial(k, args.workers)
         stops += await bench.stop_trial(k, args.workers)
+        caps += await bench.cap_trial(k, args.workers)
     wall = time.monotonic() - t0
     cores = [round((cpu_seconds(w.pid) - c) / wall, 2) for w, c in zip(workers, cpu0, strict=True)]
     bench.stop = True
@@ -222,6 +245,8 @@ async def trials(
         "trials": args.trials,
         "breaker_open_to_first_block": summary(breaker),
         "stop_return_to_first_abort": summary(stops),
+        "cap_reached_to_first_pause": summary(caps),
+        "goal_cap_p99_ms": 1000,
         "probe_interval_s": PROBE_EVERY_S,
         "worker_cores_used": cores,
         "load_average_after": load,
