@@ -166,41 +166,48 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
     s = _settings(args)
     now_ms = int(time.time() * 1000)
+    issued_by = args.issued_by or os.environ.get("USER")
     if args.list:
-        ledger = asyncio.run(fleet_topic.read_fleet(s))
-        rows = [fleet_topic.describe(r, now_ms) for r in ledger.records.values()]
+        rows = fleet_topic.listing(asyncio.run(fleet_topic.read_fleet(s)), now_ms)
         if args.json:
             print(json.dumps(rows))
         for r in [] if args.json else rows:
-            target = next((f"{k}={r[k]}" for k in ("agent_id", "gateway_id", "run_id", "tool_name") if r.get(k)), "")
-            print(f"{r['kind']:8} {r['id']}  {target}  {r['state']}  {r.get('reason') or ''}".rstrip())
+            print(fleet_topic.list_line(r))
         return ExitCode.OK
     if args.lift:
-        ledger = asyncio.run(fleet_topic.read_fleet(s))
-        old = ledger.records.get(args.lift)
-        if old is None or old.__class__.__name__ != "StopOrder":
-            raise LoopwardenError(
-                f"no stop order {args.lift!r} on {s.fleet_topic} (`loopwarden stop --list` lists them)"
-            )
-        order = fleet_topic.lifted(old, now_ms)  # type: ignore[arg-type]  # a StopOrder, checked above
-    else:
-        start = parse_from(args.from_time, now_ms / 1000, "--from")
-        if start == "beginning":
-            raise LoopwardenError("--from: give a time (or leave it out: now)")
-        from_ms = now_ms if start == "now" else int(float(start) * 1000)
-        until = None if args.duration is None else from_ms + int(parse_duration(args.duration, "--for") * 1000)
-        order = fleet_topic.make_order(
-            agent_id=args.agent,
-            gateway_id=args.gateway,
-            run_id=args.run,
-            from_ts=from_ms,
-            until_ts=until,
-            reason=args.reason or "",
-            issued_by=args.issued_by or os.environ.get("USER"),
-            order_id=fleet_topic.new_order_id(now_ms),
-        )
-    asyncio.run(fleet_topic.publish_order(s, order, now_ms, lift=bool(args.lift)))
+        lifted = asyncio.run(fleet_topic.lift(s, args.lift, now_ms, issued_by))
+        print(json.dumps(fleet_topic.describe(lifted, now_ms)) if args.json else lifted.id)
+        return ExitCode.OK
+    start = parse_from(args.from_time, now_ms / 1000, "--from")
+    if start == "beginning":
+        raise LoopwardenError("--from: give a time (or leave it out: now)")
+    from_ms = now_ms if start == "now" else int(float(start) * 1000)
+    until = None if args.duration is None else from_ms + int(parse_duration(args.duration, "--for") * 1000)
+    order = fleet_topic.make_order(
+        agent_id=args.agent,
+        gateway_id=args.gateway,
+        run_id=args.run,
+        from_ts=from_ms,
+        until_ts=until,
+        reason=args.reason or "",
+        issued_by=issued_by,
+        order_id=fleet_topic.new_order_id(now_ms),
+    )
+    asyncio.run(fleet_topic.publish_order(s, order, now_ms))
     print(json.dumps(fleet_topic.describe(order, now_ms)) if args.json else order.id)
+    return ExitCode.OK
+
+
+def cmd_spend(args: argparse.Namespace) -> int:
+    import asyncio
+    import time
+
+    from .admin import spend
+
+    s = _settings(args)
+    config = _read_config(args.config) if args.config else None
+    rep = asyncio.run(spend.spend_report(s, config, args.config, int(time.time() * 1000), args.limit))
+    print(json.dumps(rep) if args.json else "\n".join(spend.text_lines(rep)))
     return ExitCode.OK
 
 
@@ -595,14 +602,23 @@ def build_parser() -> argparse.ArgumentParser:
         "names the agent, gateway or run, with a ts within [--from, --from + --for), is answered abort "
         "(detector operator_stop, the reason as its message), and its run stays aborted. Workers apply an order "
         "within about a second. Prints the order's id. --lift ID ends an order now (a run it aborted stays "
-        "aborted); --list prints every order and breaker on the topic with its state.",
+        "aborted), or lifts a spend cap reached (its record republished with until_ts now, and a "
+        "spend_cap_lifted alert): the key's calls are judged as before until the window ends, and the cap is not "
+        "reached again there; --list prints every order, breaker and spend cap reached on the topic with its state.",
     )
     target = st.add_mutually_exclusive_group()
     target.add_argument("--agent", metavar="AGENT", help="stop every run of this agent (agent_id, case-insensitive)")
     target.add_argument("--gateway", metavar="GATEWAY", help="stop every run on this gateway (gateway_id)")
     target.add_argument("--run", metavar="RUN", help="stop this run (run_id)")
-    target.add_argument("--lift", metavar="ID", help="end the stop order ID now")
-    target.add_argument("--list", action="store_true", help="list the stop orders and breakers on the fleet topic")
+    target.add_argument(
+        "--lift",
+        metavar="ID",
+        help="end the stop order ID now, or lift the spend cap reached ID (its signal id, {cap}:{key}:{window "
+        "start}, as `loopwarden spend` and --list show it): its key's calls run again until the window ends",
+    )
+    target.add_argument(
+        "--list", action="store_true", help="list the stop orders, breakers and spend caps reached on the fleet topic"
+    )
     st.add_argument("--reason", help="why: the message the stopped agent sees (required for a new order)")
     st.add_argument(
         "--from",
@@ -621,12 +637,39 @@ def build_parser() -> argparse.ArgumentParser:
     st._negative_number_matcher = RELATIVE_TIME  # `--from -10m`: a value
     st.set_defaults(func=cmd_stop)
 
+    sp = sub.add_parser(
+        "spend",
+        help="each fleet spend cap's keys in the current window: used, ceiling, percent, time left",
+        description="Read the spend stage's tables (the changelog topics <prefix>worker-spend-{windowMs}-changelog) "
+        "and the fleet topic, and show each spend cap of the config (loopwarden.fleet.spendCaps) with its keys in "
+        "the current window (an agent, a gateway, or all): what each kind used of its ceiling (tokens, cost, calls), "
+        "the percent, the time left; the keys that reached the cap first, with their signal id (for `loopwarden "
+        "stop --lift ID`), whether they pause calls now and whether they were lifted. Without --config the caps "
+        "are the config topic's current config's. Live, event time is about the wall clock: the current window is "
+        "the one holding now.",
+    )
+    sp.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the caps of this config file, as the workers were pinned with (default: the config topic's current one)",
+    )
+    sp.add_argument("--limit", type=_positive_int, metavar="N", help="show only the N keys nearest to their cap")
+    sp.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object: at, config, caps (window, ceilings, table, keys, reached), rows (cap, key, kinds "
+        "with used, ceiling and percent; cost in micro-dollars; time_left_s, reached, signal, paused, lifted), notes",
+    )
+    _worker_flags(sp)
+    sp.set_defaults(func=cmd_spend)
+
     al = sub.add_parser(
         "alerts",
         help="follow the alerts topic and post each alert to a webhook (or print it)",
         description="Follow <prefix>alerts (breakers opened and closed, stop orders, runs aborted, budget "
-        "warnings) and POST each alert to --webhook, in order, at least once: an alert's offset is committed in "
-        "the consumer group only after a 2xx answer; errors and timeouts are retried with a pause that doubles "
+        "warnings, spend caps at 80 and 95 percent, reached and lifted, spend anomalies) and POST each alert to "
+        "--webhook, in order, at least once: an alert's offset is committed in the consumer group only after a "
+        "2xx answer; errors and timeouts are retried with a pause that doubles "
         "from 0.5 s up to --max-backoff-s. Without --webhook each alert is printed as a JSON line. Runs until "
         "SIGINT or SIGTERM; the deciding workers never wait for it.",
     )

@@ -1,7 +1,8 @@
 """`loopwarden alerts`: follow the alerts topic and post each alert to a webhook.
 
-Workers write alerts (breakers opened and closed, runs aborted, budget warnings) and
-`loopwarden stop` writes one per stop order; the alerts topic has one partition, so they
+Workers write alerts (breakers opened and closed, runs aborted, budget warnings; spend
+caps at 80 and 95 percent and reached, spend anomalies) and `loopwarden stop` writes one
+per stop order and per spend cap lifted; the alerts topic has one partition, so they
 are read in order. This follower posts them one at a time, at least once: an alert's
 offset is committed (in the consumer group `--group`) only after the webhook answered
 2xx, and an error or a timeout is retried with a growing pause (0.5 s, doubling, at most
@@ -36,6 +37,10 @@ _ICON = {
     "stop_order": ":octagonal_sign:",
     "run_aborted": ":no_entry:",
     "budget_warning": ":warning:",
+    "spend_cap_warning": ":money_with_wings:",
+    "spend_cap_reached": ":double_vertical_bar:",
+    "spend_cap_lifted": ":arrow_forward:",
+    "spend_anomaly": ":chart_with_upwards_trend:",
 }
 
 
@@ -53,11 +58,50 @@ class AlertsOptions:
 def body(alert: dict[str, Any], fmt: str) -> bytes:
     """What is posted for an alert."""
     if fmt == "slack":
-        icon = _ICON.get(str(alert.get("kind")), ":bell:")
-        return json.dumps(
-            {"text": f"{icon} *{alert.get('kind')}* {alert.get('subject')}: {alert.get('summary')}"}
-        ).encode()
+        return json.dumps({"text": slack_text(alert)}).encode()
     return json.dumps(alert).encode()
+
+
+def slack_text(alert: dict[str, Any]) -> str:
+    """An alert as one Slack message: its icon, its kind, then what it says. A spend cap's
+    alert is said from its fields (amounts in their units, times in UTC, how to lift a
+    cap reached); any other, or one whose fields are not as written, as subject: summary."""
+    kind = str(alert.get("kind"))
+    head = f"{_ICON.get(kind, ':bell:')} *{kind}*"
+    try:
+        said = _spend_text(kind, alert)
+    except (KeyError, TypeError, ValueError):
+        said = None
+    return f"{head} {said}" if said is not None else f"{head} {alert.get('subject')}: {alert.get('summary')}"
+
+
+def _spend_text(kind: str, a: dict[str, Any]) -> str | None:
+    """What a spend cap's alert says, from its fields (None: not one)."""
+    from detectors.policy import utc_text
+
+    from .spend import amount, used_text
+
+    if kind == "spend_anomaly":
+        unit, norm = str(a["unit"]), float(a["median"])
+        return (
+            f"agent {a['agent_id'] or '(none)'} spent {amount(unit, int(a['used']))} in this window, above "
+            f"{float(a['factor']):g} times the median of its previous {a['windows']} windows "
+            f"({amount(unit, round(norm)) if unit == 'cost' else f'{norm:g} {unit}'})"
+        )
+    if kind not in ("spend_cap_warning", "spend_cap_reached", "spend_cap_lifted"):
+        return None
+    who = f"{a['cap']} for {a['key'] or 'all'}"
+    used = used_text(str(a["unit"]), int(a["used"]), int(a["ceiling"]))
+    if kind == "spend_cap_warning":
+        return f"spend cap {who}: {a['percent']}% of its {a['unit']} ceiling used ({used}) in this window"
+    if kind == "spend_cap_reached":
+        return (
+            f"spend cap {who} reached ({used}): its calls are paused until {utc_text(int(a['until_ts']))}, the "
+            f"window's end. Lift it: `loopwarden stop --lift {a['subject']}`"
+        )
+    by = f" by {a['issued_by']}" if a.get("issued_by") else ""
+    ends = utc_text(int(a["window_end"]))
+    return f"spend cap {who} lifted{by}: its calls run again ({used} in the window ending {ends})"
 
 
 def post(url: str, data: bytes, timeout: float) -> int:

@@ -1,8 +1,11 @@
-"""The fleet topic: breakers and stop orders (semantics.md section 9, wire-format.md).
+"""The fleet topic: breakers, stop orders and spend caps reached (semantics.md sections 9
+and 11, wire-format.md).
 
 `<prefix>fleet` (one partition, compacted) holds fleet signals keyed by their id: a
-breaker, written by the worker whose fleet stage opened it, or a stop order, written by
-`loopwarden stop` (a lift republishes the order with `until_ts` set, which replaces it).
+breaker, written by the worker whose fleet stage opened it; a stop order, written by
+`loopwarden stop` (a lift republishes the order with `until_ts` set, which replaces it);
+a spend cap reached, written by the spend stage (`loopwarden stop --lift` republishes it
+with `until_ts` now, which ends its pause: a view keeps the earliest `until_ts`).
 Every worker reads the topic whole before it folds anything and then follows it
 (`FleetFollower`), so each call is judged against what the worker has received; an
 unreadable record is logged and skipped, never fatal.
@@ -14,9 +17,19 @@ import logging
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from detectors.errors import DecodeError
-from detectors.fleet import Breaker, FleetRecord, FleetView, StopOrder, decode_fleet_record, encode_fleet_record
+from detectors.fleet import (
+    Breaker,
+    FleetRecord,
+    FleetView,
+    SpendCapSignal,
+    StopOrder,
+    decode_fleet_record,
+    encode_fleet_record,
+)
+from detectors.policy import utc_text
 
 from ..kafka import compacted
 from ..kafka.errors import SettingsError
@@ -58,6 +71,15 @@ class FleetLedger:
 
     def breakers(self) -> list[Breaker]:
         return [r for r in self.records.values() if isinstance(r, Breaker)]
+
+    def merged(self, rec: FleetRecord) -> FleetRecord:
+        """A record as the view applies it (a spend cap's: `spend_cap`)."""
+        return self.spend_cap(rec) if isinstance(rec, SpendCapSignal) else rec
+
+    def spend_cap(self, rec: SpendCapSignal) -> SpendCapSignal:
+        """A spend cap's record with the earliest `until_ts` any record of its id gave (a
+        lift is never undone by the record published again)."""
+        return self.view.spend.get((rec.cap, rec.key), {}).get(rec.id, rec)
 
 
 async def read_fleet(settings: Settings, timeout: float = compacted.READ_TIMEOUT_S) -> FleetLedger:
@@ -144,16 +166,44 @@ def lifted(order: StopOrder, now_ms: int) -> StopOrder:
 
 
 def describe(rec: FleetRecord, now_ms: int) -> dict[str, object]:
-    """A fleet record as `stop --list` prints it: its fields and its state now."""
+    """A fleet record as `stop --list` prints it: its fields and its state now (a spend
+    cap: pending, in force, lifted or ended, and whether it was lifted)."""
     import msgspec
 
     out: dict[str, object] = msgspec.to_builtins(rec)
     if isinstance(rec, StopOrder):
         state = "ended" if rec.until_ts is not None and rec.until_ts <= now_ms else "in force"
         out["state"] = "pending" if rec.from_ts > now_ms else state
+    elif isinstance(rec, SpendCapSignal):
+        lifted = rec.until_ts < rec.window_end
+        out["lifted"] = lifted
+        if now_ms < rec.from_ts:
+            out["state"] = "pending"
+        elif now_ms < rec.end():
+            out["state"] = "in force"
+        else:
+            out["state"] = "lifted" if lifted and now_ms < rec.window_end else "ended"
     else:
         out["state"] = "open" if rec.from_ts <= now_ms < rec.until_ts else "closed"
     return out
+
+
+def listing(ledger: FleetLedger, now_ms: int) -> list[dict[str, object]]:
+    """`stop --list`: every record on the topic, in the order taken, as `describe` gives
+    it (a spend cap as the view applies it)."""
+    return [describe(ledger.merged(r), now_ms) for r in ledger.records.values()]
+
+
+def list_line(row: dict[str, Any]) -> str:
+    """One row of `stop --list` for people: kind, id, what it targets, its state, why."""
+    if row["kind"] == "spend_cap":
+        target = f"cap={row['cap']} key={row['key'] or '(none)'}"
+        why = f"{row['used']} of {row['ceiling']} {row['unit']}, window ends {utc_text(int(row['window_end']))}"
+    else:
+        keys = ("agent_id", "gateway_id", "run_id", "tool_name")
+        target = next((f"{k}={row[k]}" for k in keys if row.get(k)), "")
+        why = str(row.get("reason") or "")
+    return f"{row['kind']:9} {row['id']}  {target}  {row['state']}  {why}".rstrip()
 
 
 async def publish_order(settings: Settings, order: StopOrder, now_ms: int, lift: bool = False) -> None:
@@ -174,3 +224,72 @@ async def publish_order(settings: Settings, order: StopOrder, now_ms: int, lift:
     }
     alert["kind"] = "stop_order"  # describe's "kind" is the record's
     await compacted.publish(settings, settings.alerts_topic, [(order.id.encode(), json.dumps(alert).encode(), [])])
+
+
+def lift_spend_cap(signal: SpendCapSignal, now_ms: int) -> SpendCapSignal:
+    """The lift of a reached spend cap: its record with `until_ts` now (semantics.md
+    section 11, "Lifting"). A SettingsError when that would lift nothing: the window
+    has ended, or the cap was lifted already (a view keeps the earliest lift)."""
+    import msgspec
+
+    if now_ms >= signal.window_end:
+        raise SettingsError(
+            f"spend cap {signal.id}: its window ended at {utc_text(signal.window_end)}, so nothing is paused "
+            "any more: nothing to lift"
+        )
+    if signal.until_ts < signal.window_end:
+        raise SettingsError(f"spend cap {signal.id} was lifted already, at {utc_text(signal.until_ts)}")
+    return msgspec.structs.replace(signal, until_ts=now_ms)
+
+
+def spend_lift_alert(lift: SpendCapSignal, now_ms: int, issued_by: str | None) -> dict[str, Any]:
+    """The `spend_cap_lifted` alert of a lift (wire-format.md, "Fleet signals and alerts")."""
+    by = f" by {issued_by}" if issued_by else ""
+    return {
+        "kind": "spend_cap_lifted",
+        "ts": now_ms,
+        "subject": lift.id,
+        "summary": (
+            f"spend cap {lift.cap} lifted for {lift.key or 'all'}{by}: its calls run again "
+            f"({lift.used} of {lift.ceiling} {lift.unit} used in the window ending {utc_text(lift.window_end)})"
+        ),
+        "cap": lift.cap,
+        "key": lift.key,
+        "window_start": lift.window_start,
+        "window_end": lift.window_end,
+        "from_ts": lift.from_ts,
+        "until_ts": lift.until_ts,
+        "unit": lift.unit,
+        "used": lift.used,
+        "ceiling": lift.ceiling,
+        "issued_by": issued_by,
+    }
+
+
+async def publish_spend_lift(settings: Settings, lift: SpendCapSignal, now_ms: int, issued_by: str | None) -> None:
+    """Publish a spend cap's lift to the fleet topic, then its `spend_cap_lifted` alert."""
+    import json
+
+    await publish_records(settings, [lift])
+    alert = spend_lift_alert(lift, now_ms, issued_by)
+    await compacted.publish(settings, settings.alerts_topic, [(lift.id.encode(), json.dumps(alert).encode(), [])])
+
+
+async def lift(settings: Settings, signal_id: str, now_ms: int, issued_by: str | None) -> FleetRecord:
+    """`loopwarden stop --lift ID`: end the stop order or the reached spend cap of that id
+    now, publish the lift and its alert; the record published. A LoopwardenError when the
+    fleet topic holds neither by that id, or a spend cap's lift would lift nothing."""
+    ledger = await read_fleet(settings)
+    old = ledger.records.get(signal_id)
+    if isinstance(old, StopOrder):
+        order = lifted(old, now_ms)
+        await publish_order(settings, order, now_ms, lift=True)
+        return order
+    if isinstance(old, SpendCapSignal):
+        cap = lift_spend_cap(ledger.spend_cap(old), now_ms)
+        await publish_spend_lift(settings, cap, now_ms, issued_by)
+        return cap
+    raise SettingsError(
+        f"no stop order or spend cap reached {signal_id!r} on {settings.fleet_topic} "
+        "(`loopwarden stop --list` lists them)"
+    )
