@@ -30,6 +30,7 @@ from detectors.policy import RUN_BUDGET
 from detectors.wire import Decision, decode_decision
 
 from ..admin.fleet_topic import FleetLedger
+from ..admin.spend import SpendBoard, read_from, spend_rows, spend_signals, tables_among, topic_names
 from ..kafka import ranges
 from ..kafka.errors import BrokerError
 from ..kafka.settings import Settings
@@ -43,6 +44,8 @@ RATE_WINDOW_S = 10.0  # "per second" figures: the average over the last 10 s
 MINUTE_WINDOW_S = 60.0  # "per minute" figures: the last 60 s
 FORGET_AFTER_S = 120.0  # a run not flagged for this long is no longer "looping now"
 LAG_METRIC = "loopwarden_consumer_lag"
+SPEND_ROWS = 10  # the keys nearest to their spend cap a snapshot lists
+SPEND_LOOK_S = 10.0  # how often the spend stage's tables are looked for (a worker may make them later)
 ERROR_HEADER = "loopwarden.error"
 
 
@@ -52,7 +55,8 @@ ERROR_HEADER = "loopwarden.error"
 class PolicyView:
     """What loopwarden's own rules add to the view: what shadow and held-out runs would
     have been told (semantics.md section 10), the runs closest to their budget (section
-    8), and the fleet topic's open breakers and stop orders (section 9)."""
+    8), the fleet topic's open breakers and stop orders (section 9), and the keys nearest
+    to their spend cap in the current windows, from the spend stage's tables (section 11)."""
 
     def __init__(self, max_runs: int = 10_000) -> None:
         self.max_runs = max_runs
@@ -60,6 +64,7 @@ class PolicyView:
         self.shadow_detectors: Counter[str] = Counter()  # their would-be warnings, blocks and aborts
         self.budget_runs: dict[str, dict[str, Any]] = {}  # run -> its budget row, newest last
         self.fleet: FleetLedger | None = None  # None: the fleet topic is not read
+        self.spend: SpendBoard | None = None  # None: no spend stage table is read
 
     def add(self, d: Decision, ts: float) -> None:
         if not d.enforced and d.shadow_action is not None:
@@ -96,6 +101,20 @@ class PolicyView:
             self.fleet = FleetLedger()
         return self.fleet
 
+    def watch_spend(self) -> SpendBoard:
+        """A spend stage table is read (so no key listed means none near a cap)."""
+        if self.spend is None:
+            self.spend = SpendBoard(limit=5 * SPEND_ROWS)
+        return self.spend
+
+    def _spend_now(self, now: float) -> list[dict[str, Any]] | None:
+        """The keys nearest to their spend cap now, reached first (admin/spend.py's rows)."""
+        if self.spend is None:
+            return None
+        ms = int(now * 1000)
+        signals = spend_signals(self.fleet.view) if self.fleet is not None else []
+        return spend_rows(self.spend.states(ms), signals, ms)[:SPEND_ROWS]
+
     def _fleet_now(self, now: float) -> dict[str, Any] | None:
         if self.fleet is None:
             return None
@@ -129,6 +148,7 @@ class PolicyView:
                 for r in closest
             ],
             "fleet": self._fleet_now(now),
+            "spend_caps": self._spend_now(now),
         }
 
 
@@ -411,8 +431,9 @@ def _scrape(url: str) -> str:
 
 
 class Top:
-    """Reads the decisions and dead-letter topics (every partition, no consumer group)
-    into a TopState, and scrapes the workers' /metrics."""
+    """Reads the decisions and dead-letter topics (every partition, no consumer group),
+    the fleet topic and the spend stage's tables into a TopState, and scrapes the
+    workers' /metrics."""
 
     def __init__(
         self,
@@ -430,7 +451,9 @@ class Top:
         self.range: ranges.Range | None = None
         self.assigned: list[Any] = []
         self.deadletters = False
+        self.spend_topics: set[str] = set()
         self._missed = False
+        self._next_look = 0.0
 
     @property
     def topic(self) -> str:
@@ -478,7 +501,23 @@ class Top:
         if await r.add(self.settings.fleet_topic, ranges.BEGINNING, partitions=[0], follow=True, must_exist=False):
             self.state.watch_fleet()
         self.assigned = list(r.tps)
+        await self.look_for_spend_tables()
         return True
+
+    async def look_for_spend_tables(self, every_s: float = 0.0) -> None:
+        """Follow the spend stage's tables not followed yet, each from where its current
+        window's states begin (at most once per `every_s`)."""
+        if self.range is None or time.monotonic() < self._next_look:
+            return
+        self._next_look = time.monotonic() + every_s
+        now_ms = int(time.time() * 1000)
+        for ms, topic in tables_among(await topic_names(self.range, self.settings), self.settings).items():
+            if topic in self.spend_topics:
+                continue
+            if await self.range.add(topic, read_from(ms, now_ms), follow=True, must_exist=False):
+                self.spend_topics.add(topic)
+                self.state.policy.watch_spend()
+        self.assigned = list(self.range.tps)
 
     async def poll(self, timeout_s: float) -> int:
         """Read what arrives within timeout_s; the number of records."""
@@ -493,6 +532,8 @@ class Top:
                 self.state.add_record(m.value, ts)
             elif m.topic == self.settings.fleet_topic:
                 self.state.watch_fleet().add(m.key, m.value, m.headers or (), f"{m.topic}@{m.offset}")
+            elif m.topic in self.spend_topics:
+                self.state.policy.watch_spend().add(m.key, m.value, int(now * 1000))
             else:
                 self.state.add_dead_letter(dead_letter_reason(m.headers), ts)
         return len(records)
@@ -591,6 +632,9 @@ def _reader(top: Top, done: Callable[[], bool]) -> Callable[[float], Awaitable[N
                 next_try = time.monotonic() + 2.0
                 with contextlib.suppress(Exception):
                     await top.assign()
+            elif top.assigned:  # a spend stage's table made since
+                with contextlib.suppress(Exception):
+                    await top.look_for_spend_tables(SPEND_LOOK_S)
             await top.poll(min(0.25, left))
 
     return read_for

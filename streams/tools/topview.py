@@ -329,6 +329,30 @@ def policy_lines(snap: dict[str, Any]) -> list[str]:
     for o in fleet.get("stop_orders") or []:
         state = "pending" if o["pending"] else "in force"
         out.append(f"stop order {o['id']}: {o['target']} {state}: {o['reason']}")
+    return out + spend_lines(snap.get("spend_caps") or [])
+
+
+def spend_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The spend caps (admin/spend.py's rows, reached first): a line for the keys paused
+    now, a line for the others nearest to their cap; at most two lines, so the view keeps
+    its height."""
+
+    def who(r: dict[str, Any]) -> str:
+        return f"{r['cap']} {r['key']}" if r["key"] else r["cap"]
+
+    def paused(r: dict[str, Any]) -> str:
+        until = time.strftime("%H:%M:%S", time.localtime(r["paused_until"] / 1000))
+        return f"{who(r)} ({r['percent']:.0f}% {r['unit']}) until {until}"
+
+    def near(r: dict[str, Any]) -> str:
+        return f"{who(r)} {r['percent']:.0f}% {r['unit'] or ''}{' lifted' if r['lifted'] else ''}".rstrip()
+
+    out = []
+    if any(r["paused"] for r in rows):
+        out.append("spend cap reached, paused: " + ", ".join(paused(r) for r in rows if r["paused"]))
+    others = [r for r in rows if not r["paused"]][:5]
+    if others:
+        out.append("nearest to spend cap: " + ", ".join(near(r) for r in others))
     return out
 
 
@@ -416,9 +440,11 @@ def plain_line(snap: dict[str, Any]) -> str:
         latest = f"  latest: {r['action']} {r['detector']} {r['tool_name']} run {r['run_id']} gw {r['gateway_id']}"
     if not snap.get("watching", True):
         return f"{at} waiting for {snap.get('topic', 'the decisions topic')}"
+    paused = [r for r in snap.get("spend_caps") or [] if r["paused"]]
+    caps = f"  spend caps reached: {', '.join(r['signal'] for r in paused)}" if paused else ""
     return (
         f"{at} decisions {snap.get('decisions', 0)}, per s {fmt_rate(ps.get('total', 0.0))} "
         f"(allow {fmt_rate(ps.get('allow', 0.0))} "
         f"warn {fmt_rate(ps.get('warn', 0.0))} block {fmt_rate(ps.get('block', 0.0))} "
-        f"abort {fmt_rate(ps.get('abort', 0.0))})  looping {len(runs)}{latest}"
+        f"abort {fmt_rate(ps.get('abort', 0.0))})  looping {len(runs)}{latest}{caps}"
     )

@@ -487,3 +487,60 @@ def test_open_breakers_and_stop_orders_from_the_fleet_topic():
     assert fleet["skipped"] == 1
     text = "\n".join(rendered(s.snapshot(T0), 200))
     assert "breaker open: http_get until" in text and "stop order s1: agent batch in force: runaway spend" in text
+
+
+def spend_snapshot(paused: int = 1, near: int = 3, long: bool = False) -> dict:
+    """A fleet snapshot (`fleet_snapshot`) whose spend stage's tables hold keys near their
+    cap, `paused` of them reached and pausing, read as top reads them."""
+    from detectors.fleet import SpendCapSignal
+    from detectors.spend import SpendCount, SpendState, encode_spend_state
+
+    s = TopState(start=T0)
+    snap_at = T0 + 1
+    hour = 3_600_000
+    start = int(T0 * 1000) // hour * hour
+    board, ledger = s.policy.watch_spend(), s.watch_fleet()
+    cap = "agent-hourly-cost-and-calls-ceiling" if long else "hourly"
+    for i in range(paused + near):
+        key = f"research-assistant-{i}-production-eu-west" if long else f"agent-{i}"
+        reached = i < paused
+        sig = f"{cap}:{key}:{start}" if reached else None
+        calls = 120 + i if reached else 90 - 10 * i
+        st = SpendState(cap, key, start, hour, (None, None, 100), SpendCount(0, 0, calls, reached), signal=sig)
+        board.add(key.encode(), encode_spend_state(st), int(snap_at * 1000))
+        if reached:
+            rec = SpendCapSignal(
+                id=sig, cap=cap, key=key, window_start=start, window_end=start + hour, from_ts=start + 1,
+                until_ts=start + hour, unit="calls", used=100, ceiling=100,
+            )  # fmt: skip
+            ledger.add(rec.id.encode(), encode_fleet_record(rec), (), "test")
+    base = fleet_snapshot()
+    spend = s.snapshot(snap_at)
+    return base | {"spend_caps": spend["spend_caps"], "fleet": spend["fleet"]}
+
+
+def test_the_keys_nearest_their_spend_cap_reached_first():
+    assert TopState(start=T0).snapshot(T0)["spend_caps"] is None  # no table read: unknown, not none
+    snap = spend_snapshot(paused=2, near=3)
+    rows = snap["spend_caps"]
+    assert [(r["key"], r["reached"], r["paused"], r["percent"]) for r in rows] == [
+        ("agent-1", True, True, 121.0),
+        ("agent-0", True, True, 120.0),
+        ("agent-2", False, False, 70.0),
+        ("agent-3", False, False, 60.0),
+        ("agent-4", False, False, 50.0),
+    ]
+    assert rows[0]["signal"].startswith("hourly:agent-1:") and rows[0]["time_left_s"] > 0
+    text = "\n".join(rendered(snap, 200))
+    assert "spend cap reached, paused: hourly agent-1 (121% calls) until " in text
+    assert "nearest to spend cap: hourly agent-2 70% calls, hourly agent-3 60% calls, hourly agent-4 50% calls" in text
+    assert "spend caps reached: hourly:agent-1:" in plain_line(snap)
+
+
+@pytest.mark.parametrize("width", [50, 80, 160])
+def test_spend_caps_take_two_lines_at_most_and_the_view_still_fits(width):
+    snap = spend_snapshot(paused=4, near=6, long=True)
+    lines = rendered(snap, width, 24)
+    assert len(lines) <= 24 and all(len(ln) <= width for ln in lines)
+    assert sum(ln.startswith(("spend cap reached", "nearest to spend cap")) for ln in lines) == 2
+    assert any("not shown" in ln for ln in lines)
