@@ -35,7 +35,7 @@ from .kafka.errors import SettingsError
 if TYPE_CHECKING:
     from detectors import DetectionConfig
 
-    from .tools.simulate import SimOptions
+    from .tools.simulate import Burst, SimOptions
 
 CONFIG_FIELDS = (
     "OpenClaw's tools.loopDetection (global and per agent under agents.list) and loopwarden's own block: "
@@ -324,6 +324,29 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return main_simulate(_settings(args), sim_options(args))
 
 
+def sim_burst(text: str, agents: int) -> Burst:
+    """`--burst AGENT@SECONDS:FACTOR`, an agent of the simulated fleet (`--agents N`'s, or
+    the breaker loops' own); a SettingsError names what is wrong."""
+    from .tools.loops import BREAKER_AGENT
+    from .tools.simulate import Burst, agent_names
+
+    agent, _, when = text.rpartition("@")
+    at, _, factor = when.partition(":")
+    try:
+        burst = Burst(agent.strip(), float(at), float(factor))
+    except ValueError:
+        raise SettingsError(f"--burst {text!r} is not AGENT@SECONDS:FACTOR (sim-agent-0@30:5)") from None
+    if not (burst.at_s >= 0 and burst.factor >= 1 and burst.factor < float("inf")):
+        raise SettingsError(f"--burst {text!r}: SECONDS must be at least 0 and FACTOR a number of at least 1")
+    names = [*agent_names(agents), BREAKER_AGENT]
+    if burst.agent.lower() not in names:
+        raise SettingsError(
+            f"--burst: {burst.agent!r} is not an agent of the simulated fleet; with --agents {max(agents, 1)} its "
+            f"agents are {', '.join(agent_names(max(agents, 1)))} (and {BREAKER_AGENT}, the breaker loops')"
+        )
+    return burst
+
+
 def sim_options(args: argparse.Namespace) -> SimOptions:
     """`loopwarden simulate`'s options; a SettingsError names a bad value."""
     from .tools.simulate import SimOptions
@@ -333,6 +356,8 @@ def sim_options(args: argparse.Namespace) -> SimOptions:
         think = (float(lo), float(hi or lo))
     except ValueError:
         raise SettingsError(f"--think-ms {args.think_ms!r} is not LO:HI milliseconds (5:50)") from None
+    if args.agents < 0:
+        raise SettingsError(f"--agents {args.agents}: a number of agents, 0 or more")
     if args.holdout is not None and not 0 <= args.holdout <= 100:
         raise SettingsError(f"--holdout {args.holdout} is not a percentage from 0 to 100")
     opts = SimOptions(
@@ -345,6 +370,8 @@ def sim_options(args: argparse.Namespace) -> SimOptions:
         timeout_s=args.timeout,
         holdout=args.holdout,
         quiet=args.quiet,
+        agents=args.agents,
+        burst=sim_burst(args.burst, args.agents) if args.burst is not None else None,
     )
     return opts
 
@@ -768,6 +795,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="hold this share of runs out of enforcement: publish the current config with "
         "loopwarden.holdoutPercent set to PERCENT on the config topic, and wait until every partition's "
         "worker decides under it (workers pinned with --config do not follow: set it in their file)",
+    )
+    sm.add_argument(
+        "--agents",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the runs of the default agent run as N named agents, sim-agent-0 to sim-agent-N-1, one per slot "
+        "(slot s of gateway g: agent (g * runs + s) mod N), each at a steady pace (default 0: no agent id)",
+    )
+    sm.add_argument(
+        "--burst",
+        metavar="AGENT@SECONDS:FACTOR",
+        help="a spend burst: from SECONDS into the run on, AGENT's runs report FACTOR times their model usage "
+        "(tokens and cost) and think FACTOR times less between calls (so call more often). The spend anomaly watch "
+        "(loopwarden.fleet.spendAnomaly) alerts on it: give the fleet at least the watch's minWindows windows (more "
+        "than half of its history, as a window with nothing counts as 0) of steady spend before SECONDS, floors "
+        "the steady windows stay under or a factor they stay within, and a FACTOR above the watch's factor. AGENT "
+        "is one of --agents' (e.g. --agents 4 --burst sim-agent-0@30:5)",
     )
     sm.set_defaults(func=cmd_simulate)
 

@@ -9,6 +9,14 @@ apply and audits can count tokens.
 At the end: decision latency, throughput, loops injected vs caught per detector, and
 normal runs wrongly flagged.
 
+With `--agents N` the runs of the default agent run as N named agents instead
+(`sim-agent-0` ...), one per slot, each at a steady pace; `--burst AGENT@SECONDS:FACTOR`
+makes one agent's runs, from SECONDS into the fleet's run on, report FACTOR times their
+model usage and think FACTOR times less between calls: a spend burst for the anomaly
+watch (`loopwarden.fleet.spendAnomaly`) to find. A run paused by a fleet spend cap ends
+(the agent waits a second before its next run); it is counted apart, neither a loop
+caught nor one missed, and the calls paused are counted by the cap's signal.
+
 With `--holdout P` the simulator first publishes the config topic's current config (or
 an empty one) with `loopwarden.holdoutPercent` set to P, and waits until the worker of
 every events partition decides under it. Held-out runs are not stopped: a loop in one is
@@ -29,7 +37,7 @@ from typing import Any
 
 from detectors import DetectionConfig, load_config
 from detectors.errors import LoopwardenError
-from detectors.policy import POLICY_NAMES
+from detectors.policy import FLEET_SPEND_CAP, POLICY_NAMES
 from detectors.wire import Decision
 
 from ..gateway.client import GatewayClient
@@ -39,6 +47,29 @@ from .loops import KINDS, LOOPS, NORMALS, result
 
 PRICE_PER_TOKEN_USD = 0.000002  # what the simulated model charges
 SWITCH_TIMEOUT_S = 60.0  # how long the workers get to switch to a published holdout config
+PAUSED_WAIT_S = 1.0  # an agent whose run a spend cap paused waits this long before its next run
+AGENT_NAME = "sim-agent-{}"  # the names of `--agents N`
+
+
+def agent_names(agents: int) -> list[str]:
+    """The agents the default agent's runs run as with `--agents N` (none: no agent id)."""
+    return [AGENT_NAME.format(i) for i in range(agents)]
+
+
+@dataclass(frozen=True)
+class Burst:
+    """`--burst AGENT@SECONDS:FACTOR`: from `at_s` seconds into the fleet's run on, the
+    runs of `agent` report `factor` times their usage and think `factor` times less."""
+
+    agent: str
+    at_s: float
+    factor: float
+
+    def factor_for(self, agent: str | None, elapsed_s: float) -> float:
+        """The factor for an agent's next step, `elapsed_s` into the run (1: no burst)."""
+        if agent is None or elapsed_s < self.at_s or agent.strip().lower() != self.agent.strip().lower():
+            return 1.0
+        return self.factor
 
 
 @dataclass(frozen=True)
@@ -54,6 +85,8 @@ class SimOptions:
     timeout_s: float = 5.0
     holdout: int | None = None
     quiet: bool = False
+    agents: int = 0  # the default agent's runs run as this many named agents (0: without an agent id)
+    burst: Burst | None = None
 
 
 @dataclass
@@ -72,6 +105,9 @@ class Report:
     not_enforced: int = 0  # decisions with enforced false (shadow or held out)
     caught_in_shadow: int = 0  # loops of held-out runs that would have been stopped
     budget_stops: int = 0  # runs aborted by their budget
+    paused: dict[str, int] = field(default_factory=dict)  # calls paused by a spend cap, by its signal
+    runs_paused: int = 0  # runs that a spend cap paused (loops among them before they were caught)
+    loops_paused: int = 0  # loops paused by a spend cap before their detector caught them: counted apart
     started: float = field(default_factory=time.monotonic)
 
     def summary(self) -> dict[str, Any]:
@@ -110,6 +146,10 @@ class Report:
             "decisions_not_enforced": self.not_enforced,
             "loops_caught_in_shadow": self.caught_in_shadow,
             "runs_stopped_by_budget": self.budget_stops,
+            "calls_paused": sum(self.paused.values()),
+            "calls_paused_by_spend_cap": dict(sorted(self.paused.items())),
+            "runs_paused": self.runs_paused,
+            "loops_paused_before_caught": self.loops_paused,
         }
 
 
@@ -131,13 +171,17 @@ class Agent:
         report: Report,
         on_decision: Callable[[Decision], None] | None,
         usage: bool = True,
+        agent_id: str | None = None,
+        boost: Callable[[str | None], float] | None = None,
     ) -> None:
         self.c, self.run_id, self.kind, self.rng, self.think = client, run_id, kind, rng, think
         self.report, self.on_decision = report, on_decision
         # Its model's token counts: drawn from a generator of its own, so that the
         # calls' generator draws what it drew before usage was reported.
         self.usage = random.Random(f"{run_id}:usage") if usage else None
-        self.flagged = self.caught = False
+        self.agent_id = KINDS[kind].agent_id or agent_id  # a kind's own agent (its config) comes first
+        self.boost = boost  # the burst's factor for an agent now (None: never)
+        self.flagged = self.caught = self.paused = False
 
     async def run(self) -> None:
         kind = KINDS[self.kind]
@@ -148,22 +192,29 @@ class Agent:
             if await self._step(i):
                 break
         await self.c.end_run(self.run_id)
+        rep = self.report
         if kind.detector is None:
-            rep = self.report
             rep.normal_runs += 1
             rep.normal_flagged += self.flagged
             rep.normal_by_kind[self.kind] = rep.normal_by_kind.get(self.kind, 0) + 1
             rep.flagged_by_kind[self.kind] = rep.flagged_by_kind.get(self.kind, 0) + self.flagged
+        elif self.paused and not self.caught:
+            rep.loops_paused += 1  # stopped by a spend cap before its detector could: neither caught nor missed
         else:
-            self.report.injected[self.kind] = self.report.injected.get(self.kind, 0) + 1
-            self.report.caught[self.kind] = self.report.caught.get(self.kind, 0) + self.caught
+            rep.injected[self.kind] = rep.injected.get(self.kind, 0) + 1
+            rep.caught[self.kind] = rep.caught.get(self.kind, 0) + self.caught
+        if self.paused:
+            rep.runs_paused += 1
+            await asyncio.sleep(PAUSED_WAIT_S)  # a paused agent does not start over at once
 
     async def _step(self, i: int) -> bool:
         """One model call and the tool call it asks for; True when the run is stopped."""
-        kind = KINDS[self.kind]
-        agent, call_id = kind.agent_id, f"{self.run_id}-{i}"
+        agent, call_id = self.agent_id, f"{self.run_id}-{i}"
+        factor = self.boost(agent) if self.boost is not None else 1.0
         if self.usage is not None:
             tokens_in, tokens_out = self.usage.randrange(300, 1500), self.usage.randrange(20, 300)
+            if factor != 1.0:  # a burst: the same draws, scaled
+                tokens_in, tokens_out = round(tokens_in * factor), round(tokens_out * factor)
             self.report.tokens += tokens_in + tokens_out
             cost = round((tokens_in + tokens_out) * PRICE_PER_TOKEN_USD, 6)
             stop = await self.c.usage(
@@ -176,7 +227,7 @@ class Agent:
             )
             if stop is not None:
                 return self._saw(stop)
-        tool, params, text, error = kind.step(i, self.rng)
+        tool, params, text, error = KINDS[self.kind].step(i, self.rng)
         t0 = time.perf_counter()
         d = await self.c.check(self.run_id, tool, params, tool_call_id=call_id, agent_id=agent)
         self.report.latencies.append(time.perf_counter() - t0)
@@ -185,7 +236,7 @@ class Agent:
             self.report.degraded += 1
         if self._saw(d):
             return True
-        await asyncio.sleep(self.rng.uniform(*self.think))
+        await asyncio.sleep(self.rng.uniform(*self.think) / factor)
         kw = {"result": result(text)} if text is not None else {"error": error}
         await self.c.result(self.run_id, tool, params, tool_call_id=call_id, agent_id=agent, **kw)
         stop = self.c.aborted.get(self.run_id)
@@ -200,6 +251,10 @@ class Agent:
         if d.detector in POLICY_NAMES:  # a budget (or the fleet): not a loop detector's verdict
             if d.action == "abort" and d.detector == "run_budget":
                 self.report.budget_stops += 1
+            if d.action == "abort" and d.detector == FLEET_SPEND_CAP:  # a pause: the run ends, not aborted
+                self.paused = True
+                signal = d.fleet_signal or ""
+                self.report.paused[signal] = self.report.paused.get(signal, 0) + 1
             return d.action in ("block", "abort")
         if d.level != "none":
             self.flagged = True
@@ -222,20 +277,31 @@ async def simulate(
     on_decision: Callable[[Decision], None] | None = None,
     progress: bool = True,
     usage: bool = True,
+    agents: int = 0,
+    burst: Burst | None = None,
 ) -> Report:
+    """`gateways` gateways keep `runs` runs each going for `seconds`; the report. With
+    `agents`, slot s of gateway g runs as agent `sim-agent-{(g * runs + s) % agents}`;
+    with `burst`, that agent's runs burst from `burst.at_s` on (`Burst`)."""
     report = Report()
-    deadline = time.monotonic() + seconds
+    started = time.monotonic()
+    deadline = started + seconds
     kinds = list(LOOPS)
     normals = list(NORMALS)
     think = (think_ms[0] / 1000, think_ms[1] / 1000)
+    names = agent_names(agents)
+
+    def boost(agent: str | None) -> float:
+        return burst.factor_for(agent, time.monotonic() - started) if burst is not None else 1.0
 
     async def slot(client: GatewayClient, g: int, s: int) -> None:
         rng = random.Random(seed * 1000003 + g * 1009 + s)
+        agent = names[(g * runs + s) % agents] if agents else None
         n = 0
         while time.monotonic() < deadline:
             kind = kinds[(n + s) % len(kinds)] if rng.random() < loop_share else normals[(n + g) % len(normals)]
             run_id = f"sim-{seed}-g{g}-s{s}-r{n}"
-            await Agent(client, run_id, kind, rng, think, report, on_decision, usage).run()
+            await Agent(client, run_id, kind, rng, think, report, on_decision, usage, agent, boost).run()
             n += 1
 
     async def gateway(g: int) -> None:
@@ -329,7 +395,17 @@ async def _main(settings: Settings, o: SimOptions) -> Report:
         print(f"published config {cid[:12]} (holdoutPercent {o.holdout}); waiting for the workers", file=sys.stderr)
         await wait_for_config(settings, config, o.seed, SWITCH_TIMEOUT_S, o.timeout_s)
     return await simulate(
-        settings, o.gateways, o.runs, o.seconds, o.loop_share, o.think_ms, o.seed, o.timeout_s, progress=not o.quiet
+        settings,
+        o.gateways,
+        o.runs,
+        o.seconds,
+        o.loop_share,
+        o.think_ms,
+        o.seed,
+        o.timeout_s,
+        progress=not o.quiet,
+        agents=o.agents,
+        burst=o.burst,
     )
 
 
