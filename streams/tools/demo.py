@@ -4,24 +4,36 @@ A local broker (unless --bootstrap), one worker process, a short simulated fleet
 fleet shown live by `loopwarden top` (streams/tools/top.py: it reads the decisions topic and
 the worker's /metrics, as it would for a real cluster); at the end the fleet's summary.
 Everything it started is stopped, also on Ctrl-C.
+
+The worker decides with the recommended config (examples/config.json5) plus one fleet
+spend cap of the demo's own (`DEMO_CAP`): the default agent's runs run as three named
+agents, and the first of them makes enough calls to reach the cap within the demo's
+seconds, so its calls are paused from then on (`top` shows it; the summary says which
+cap was reached and how many calls were paused). examples/config.json5 is not changed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import signal
 import sys
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from detectors import load_config
+from detectors.config import parse_document
+
+from ..admin.spend import spend_report
 from . import localkafka
 from .harness import WorkerProcess
 from .loops import BREAKER_AGENT
-from .simulate import simulate
+from .simulate import agent_names, simulate
 from .top import Top, show
 
 if TYPE_CHECKING:
@@ -40,6 +52,58 @@ FALLBACK_CONFIG = {
         ]
     },
 }
+
+
+DEMO_AGENTS = 3  # the default agent's runs run as sim-agent-0 to sim-agent-2, one per slot
+DEMO_CAP: dict[str, Any] = {
+    # sim-agent-0 runs in one slot of each gateway: it reaches the cap within the first
+    # half of the demo's 20 s, and its calls are paused after that
+    "id": "demo-agent-hourly-calls",
+    "per": "agent",
+    "agents": agent_names(1),
+    "windowMs": 3_600_000,
+    "toolCalls": 250,
+}
+
+
+def demo_config() -> dict[str, Any]:
+    """The worker's config: the recommended one (examples/config.json5; the fallback
+    document without it) with the demo's spend cap added to its `spendCaps`."""
+    if EXAMPLE_CONFIG.exists():
+        doc = parse_document(EXAMPLE_CONFIG.read_bytes(), str(EXAMPLE_CONFIG))
+    else:
+        doc = copy.deepcopy(FALLBACK_CONFIG)
+    fleet = doc.setdefault("loopwarden", {}).setdefault("fleet", {})
+    fleet["spendCaps"] = [*(fleet.get("spendCaps") or []), DEMO_CAP]
+    return dict(doc)
+
+
+def cap_summary(rows: list[dict[str, Any]], paused: dict[str, int]) -> dict[str, Any]:
+    """The summary's `spend_cap`: the demo's cap, the keys that reached it (from `loopwarden
+    spend`'s rows) and the calls its pauses answered (the simulator's count by signal)."""
+    cap = DEMO_CAP["id"]
+    reached = [
+        {"key": r["key"], "signal": r["signal"], "reached_at": r["reached_at"], "paused_now": r["paused"]}
+        | {k["unit"]: {"used": k["used"], "ceiling": k["ceiling"]} for k in r["kinds"]}
+        for r in rows
+        if r["cap"] == cap and r["reached"]
+    ]
+    mine = {sig: n for sig, n in paused.items() if sig.startswith(f"{cap}:")}
+    return {
+        "cap": cap,
+        "agents": DEMO_CAP["agents"],
+        "tool_calls_per_window": DEMO_CAP["toolCalls"],
+        "window_ms": DEMO_CAP["windowMs"],
+        "reached": reached,
+        "calls_paused": sum(mine.values()),
+        "calls_paused_by_signal": mine,
+    }
+
+
+async def _spend_cap(settings: Settings, doc: dict[str, Any], report: Report) -> dict[str, Any]:
+    config = load_config(json.dumps(doc).encode(), source="the demo's config")
+    rep = await spend_report(settings, config, "the demo's config", int(time.time() * 1000))
+    return cap_summary(rep["rows"], report.paused)
 
 
 def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
@@ -68,18 +132,22 @@ def run_demo(args: DemoOptions) -> int:
             broker = localkafka.start(work / "kafka")
             bootstrap = broker.bootstrap
         prefix = f"demo-{uuid.uuid4().hex[:6]}."
-        config = EXAMPLE_CONFIG if EXAMPLE_CONFIG.exists() else FALLBACK_CONFIG
+        config = demo_config()
         worker = WorkerProcess(bootstrap, prefix, config, work, log_level="warning")
         port = worker.port
         print(f"starting a worker on {bootstrap} (log: {worker.log})...", file=sys.stderr)
         worker.start()
         settings = worker.topics
         print(
-            f"fleet of {args.gateways} gateways for {args.seconds:g}s; metrics at http://127.0.0.1:{port}/metrics",
+            f"fleet of {args.gateways} gateways for {args.seconds:g}s; metrics at http://127.0.0.1:{port}/metrics; "
+            f"agent {DEMO_CAP['agents'][0]} has a spend cap of {DEMO_CAP['toolCalls']} calls an hour "
+            f"({DEMO_CAP['id']})",
             file=sys.stderr,
         )
         report = asyncio.run(_fleet(settings, args, f"http://127.0.0.1:{port}/metrics"))
-        print(json.dumps(report.summary(), indent=2))
+        summary = report.summary()
+        summary["spend_cap"] = asyncio.run(_spend_cap(settings, config, report))
+        print(json.dumps(summary, indent=2))
         return 0
     finally:
         if worker:
@@ -96,7 +164,9 @@ async def _fleet(settings: Settings, args: DemoOptions, metrics_url: str) -> Rep
     stop = asyncio.Event()
     view = asyncio.create_task(show(top, stop, mode="live" if sys.stdout.isatty() else "plain", screen=False))
     try:
-        report = await simulate(settings, args.gateways, 3, args.seconds, progress=False, think_ms=(20, 120))
+        report = await simulate(
+            settings, args.gateways, 3, args.seconds, progress=False, think_ms=(20, 120), agents=DEMO_AGENTS
+        )
         await asyncio.sleep(1.5)  # the last decisions reach the view
         return report
     finally:
