@@ -8,8 +8,10 @@ moved, the worker's health, its lost-fetch watch and its stop are what would bre
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import faust
@@ -48,6 +50,27 @@ async def refresh_metadata(consumer: Any) -> None:
     write (PartitionsMismatch, "the changelog topic has 0 partitions")."""
     thread = consumer._thread
     await thread.call_thread(thread._ensure_consumer()._client.force_metadata_update)
+
+
+@contextlib.contextmanager
+def writing_as() -> Iterator[Callable[[Any], None]]:
+    """Table writes of a stream that takes its events in batches (`take_events`, where
+    Faust sets no current event): a table write takes its changelog partition from the
+    current event (`faust.streams.current_event()`, a context variable), so `set(event)`
+    makes `event` the current one in the calling task before each write; the variable is
+    as before at the end. The stream's own `current_event` attribute is left alone: its
+    background reader sets it for the next event while the batch is handled."""
+    from faust.streams import _current_event
+
+    token = _current_event.set(None)
+
+    def set_current(event: Any) -> None:
+        _current_event.set(weakref.ref(event))
+
+    try:
+        yield set_current
+    finally:
+        _current_event.reset(token)
 
 
 def to_message(consumer: Any, tp: Any, record: Any) -> Any:

@@ -15,6 +15,7 @@ cap was reached and how many calls were paused). examples/config.json5 is not ch
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import signal
@@ -171,8 +172,6 @@ async def _fleet(settings: Settings, args: DemoOptions, metrics_url: str) -> Rep
         return report
     finally:
         stop.set()
-        try:
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
             await asyncio.wait_for(view, 5)
-        except (TimeoutError, asyncio.CancelledError):
-            pass
         await top.close()

@@ -102,6 +102,9 @@ class Metrics:
         self.spend_skipped = counter("loopwarden_spend_skipped", "Spend records not counted: unreadable, or no cap")
         self.spend_caps_reached = counter("loopwarden_spend_caps_reached", "Spend caps this worker's stage reached")
         self.spend_anomalies = counter("loopwarden_spend_anomalies", "Spend anomalies this worker's stage reported")
+        self.spend_keys = self._gauge(
+            "loopwarden_spend_keys", "Windows (cap, key, window) the spend stage holds in its tables on this worker"
+        )
 
     def _counter(self, name: str, doc: str, *labels: str) -> Counter:
         return Counter(name, doc, list(labels), registry=self.registry)

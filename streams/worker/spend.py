@@ -28,6 +28,7 @@ with the app (logged when it happens).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -55,6 +56,7 @@ from detectors.spend import (
     spend_of,
 )
 
+from ..kafka import faust_compat
 from ..kafka.producer import OutRecord
 from ..kafka.settings import Settings
 from .fleet import alert
@@ -63,6 +65,8 @@ log = logging.getLogger("loopwarden.spend")
 
 SOURCE_PARTITION = "loopwarden.source.partition"
 SOURCE_OFFSET = "loopwarden.source.offset"
+BATCH = 2000  # spend records the stage takes at once
+BATCH_WAIT_S = 0.02  # and waits for at most, so a cap's signal is late by that much at most
 RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
 
 
@@ -103,6 +107,10 @@ class Windows:
 
     table: Any
     at: list[float] = field(default_factory=lambda: [0.0])
+    raw: Any = None  # the table under the window wrapper (its keys: (key, window range))
+
+    def __len__(self) -> int:
+        return len(self.raw.data) if self.raw is not None else 0
 
     def get(self, key: str, at_ms: float) -> SpendState | None:
         self.at[0] = at_ms / 1000.0
@@ -119,7 +127,7 @@ class Windows:
 
 def _windows(app: Any, name: str, window_ms: int, expires_ms: int, partitions: int) -> Windows:
     table = app.Table(name, default=None, key_type=str, value_type=bytes, partitions=partitions)  # keys: json
-    w = Windows(None)
+    w = Windows(None, raw=table)
     w.table = table.tumbling(timedelta(milliseconds=window_ms), expires=timedelta(milliseconds=expires_ms)).relative_to(
         lambda event=None: w.at[0]
     )
@@ -145,7 +153,42 @@ class SpendStage:
         self.anomaly = anomaly
         self.metrics = metrics
         self.send = send
+        self.refresh: Any = None  # async (): the consumer reads the cluster's metadata again
         self._told: set[str] = set()  # what was logged once
+        # The windows a batch changed, stored once at its end: (table, key, window) ->
+        # (table, key, the window's middle, state). A key many records of a batch share
+        # (a gateway's, a fleet-wide cap's) is written to its table and changelog once.
+        self._pending: dict[tuple[int, str, int], tuple[Windows, str, float, SpendState, Any]] = {}
+        self._event: Any = None  # the Faust event being counted
+
+    async def take_batch(self, events: list[Any]) -> None:
+        """A batch of the stage's Faust events, in order; each window they change is
+        stored once, after every alert and fleet record they make is published, as of
+        the last event that changed it (Faust writes a table's changelog to the partition
+        of the event in hand: the window's key's, as every record of that key). A record
+        that cannot be counted (a bad record, or a bug) is logged and skipped, not fatal."""
+        try:
+            for event in events:
+                m = event.message
+                self._event = event
+                try:
+                    await self.take(event.value, m.headers, m.offset)
+                except Exception:
+                    self.metrics.spend_skipped.inc()
+                    log.exception("the spend stage could not count the record at offset %d", m.offset)
+        finally:
+            pending, self._pending, self._event = self._pending, {}, None
+            with faust_compat.writing_as() as current:
+                for w, key, at_ms, state, ev in pending.values():
+                    current(ev)
+                    await self._store(w, key, at_ms, state)
+
+    def _get(self, w: Windows, key: str, at_ms: float) -> SpendState | None:
+        hit = self._pending.get((id(w), key, int(at_ms * 2)))
+        return hit[3] if hit is not None else w.get(key, at_ms)
+
+    def _put(self, w: Windows, key: str, at_ms: float, state: SpendState) -> None:
+        self._pending[(id(w), key, int(at_ms * 2))] = (w, key, at_ms, state, self._event)
 
     async def take(self, value: bytes | None, headers: Any, offset: int) -> None:
         try:
@@ -175,7 +218,9 @@ class SpendStage:
         self, cap: SpendCapConfig, windows: Windows, rec: SpendRecord, source: tuple[int, int] | None
     ) -> None:
         key, mid = rec.topic_key(), rec.window_start + cap.window_ms / 2
-        state = windows.get(key, mid) or SpendState(cap.id, rec.key, rec.window_start, cap.window_ms, cap.ceilings())
+        state = self._get(windows, key, mid) or SpendState(
+            cap.id, rec.key, rec.window_start, cap.window_ms, cap.ceilings()
+        )
         if source is not None and state.counted(*source):
             self.metrics.spend_duplicates.inc()
             return
@@ -188,14 +233,15 @@ class SpendStage:
             for unit, mark, *_ in warnings:
                 marks[("tokens", "cost", "calls").index(unit)] = mark
             state = msgspec.structs.replace(state, marks=(marks[0], marks[1], marks[2]))
-        # published before the state is stored: a worker that dies between the two counts
-        # the record again and says it twice (alerts and the fleet record are keyed by
-        # subject), rather than storing a reached window and never pausing its calls
+        # published before the state is stored (at the batch's end): a worker that dies
+        # between the two counts the record again and says it twice (alerts and the fleet
+        # record are keyed by subject), rather than storing a reached window and never
+        # pausing its calls
         for unit, mark, percent, used, ceiling in warnings:
             await self._warn(cap, rec, unit, mark, percent, used, ceiling)
         if signal is not None:
             await self._reached(signal)
-        await self._store(windows, key, mid, state)
+        self._put(windows, key, mid, state)
         self.metrics.spend_records.inc()
 
     async def _watch(self, cfg: AnomalyConfig, rec: SpendRecord, source: tuple[int, int] | None) -> None:
@@ -203,7 +249,7 @@ class SpendStage:
         assert w is not None
         key, size = rec.key, cfg.window_ms
         mid = rec.window_start + size / 2
-        state = w.get(key, mid) or SpendState(ANOMALY_CAP, key, rec.window_start, size, (None, None, None))
+        state = self._get(w, key, mid) or SpendState(ANOMALY_CAP, key, rec.window_start, size, (None, None, None))
         if source is not None and state.counted(*source):
             self.metrics.spend_duplicates.inc()
             return
@@ -215,19 +261,20 @@ class SpendStage:
         now = (count.tokens, count.cost_micros, count.calls)
         over = any(f is not None and n >= f for f, n in zip(floors, now, strict=True))
         if state.signal is None and over:  # (the previous windows are looked at only then)
-            previous = [(w.get(key, mid - k * size) or None) for k in range(cfg.history, 0, -1)]
+            previous = [self._get(w, key, mid - k * size) for k in range(cfg.history, 0, -1)]
             found = anomalous(cfg, key, rec.window_start, count, [p.count if p else NOTHING for p in previous])
             if found is not None:
                 state = msgspec.structs.replace(state, signal=f"anomaly:{key}:{rec.window_start}")
         if found is not None:  # (said before it is stored, as a cap's signal)
             await self._anomaly(found, rec, cfg)
-        await self._store(w, key, mid, state)
+        self._put(w, key, mid, state)
         self.metrics.spend_records.inc()
 
     async def _store(self, windows: Windows, key: str, at_ms: float, state: SpendState, tries: int = 60) -> None:
         """Write a window's state, waiting out a changelog topic the consumer's metadata
         does not know yet (a worker just started on new topics): Faust refuses the write
-        until it does."""
+        until it does, and its consumer would read the metadata again only minutes later,
+        so it is asked to now."""
         from faust.exceptions import PartitionsMismatch
 
         for attempt in range(tries):
@@ -237,6 +284,9 @@ class SpendStage:
             except PartitionsMismatch:
                 if attempt == tries - 1:
                     raise
+                if self.refresh is not None:
+                    with contextlib.suppress(Exception):  # (a broker that does not answer: tried again)
+                        await self.refresh()
                 await asyncio.sleep(0.5)
 
     async def _warn(
@@ -305,16 +355,19 @@ def install(app: Any, settings: Settings, config_of: Any, metrics: Any) -> Spend
         await put(topic, key, value, partition=partition, headers=None, timestamp=None)
 
     stage = SpendStage(settings, config_of, tables, anomaly, metrics, send)
+    stage.refresh = lambda: faust_compat.refresh_metadata(app.consumer)
     records = app.topic(settings.spend_topic, partitions=n, **RAW)
+    held = [*tables.values(), *([anomaly] if anomaly is not None else [])]
+
+    @app.timer(interval=5.0)  # type: ignore[untyped-decorator]  # (Faust's decorators are untyped)
+    async def count_spend_keys() -> None:
+        metrics.spend_keys.set(sum(map(len, held)))
 
     @app.agent(records, concurrency=1)  # type: ignore[untyped-decorator]  # (Faust's decorators are untyped)
     async def spend_stage(stream: Any) -> None:
-        async for event in stream.events():
-            m = event.message
-            try:
-                await stage.take(event.value, m.headers, m.offset)
-            except Exception:  # a bad record or a bug costs that record, not the stage (Faust would restart it past it)
-                metrics.spend_skipped.inc()
-                log.exception("the spend stage could not count the record at offset %d", m.offset)
+        # In batches of what has arrived (at most BATCH records, waiting BATCH_WAIT_S at
+        # most): acknowledged once the batch is counted and stored.
+        async for events in stream.take_events(BATCH, within=BATCH_WAIT_S):
+            await stage.take_batch(events)
 
     return stage
