@@ -3,9 +3,10 @@ recent norm (loopwarden's own; alerts only, no decision changes).
 
 The rule (`anomalous`): for each kind with a floor in `AnomalyConfig` (tokens, cost in
 micro-dollars, tool calls, in that order), the window's count is at or above the floor
-and above `factor` times the median of the agent's previous `history` windows (a window
-with nothing counts as 0), given at least `min_windows` of them had any spend. The first
-kind that holds is reported, once per agent and window.
+and above `factor` times the median of the agent's previous `history` windows from its
+first with spend on (a window with nothing after that counts as 0), given at least
+`min_windows` of them had any spend. The first kind that holds is reported, once per
+agent and window.
 
 What it counts is what a spend cap counts (semantics.md section 11: `spend_of`): the
 workers forward each applied event's amounts under a cap of their own, `ANOMALY_CAP`
@@ -50,19 +51,23 @@ def counts(c: SpendCount) -> tuple[int, int, int]:
 def anomalous(
     cfg: AnomalyConfig, key: str, window_start: int, current: SpendCount, previous: list[SpendCount]
 ) -> Anomaly | None:
-    """The anomaly of `current` against the `previous` windows (the newest `history` at
-    most; missing ones are windows with nothing), or None."""
+    """The anomaly of `current` against the `previous` windows, oldest first (the newest
+    `history` of them are looked at), or None. The norm is taken from the agent's first
+    window with spend among them on: a window with nothing before it says nothing of the
+    agent's norm (a new agent's first windows would otherwise give a median of 0), one
+    after it counts as 0 (the agent was quiet then)."""
     seen = previous[-cfg.history :]
-    if sum(1 for p in seen if p != NOTHING) < cfg.min_windows:
+    first = next((i for i, p in enumerate(seen) if p != NOTHING), len(seen))
+    norm_of = [counts(p) for p in seen[first:]]
+    if sum(1 for p in seen[first:] if p != NOTHING) < cfg.min_windows:
         return None  # no norm yet
-    padded = [counts(p) for p in seen] + [(0, 0, 0)] * (cfg.history - len(seen))
     now = counts(current)
     for i, floor in enumerate(cfg.floors()):
         if floor is None or now[i] < floor:
             continue
-        norm = median(p[i] for p in padded)
+        norm = median(p[i] for p in norm_of)
         if now[i] > cfg.factor * norm:
-            return Anomaly(key, window_start, KINDS[i], now[i], float(norm), len(padded))
+            return Anomaly(key, window_start, KINDS[i], now[i], float(norm), len(norm_of))
     return None
 
 

@@ -809,8 +809,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="AGENT@SECONDS:FACTOR",
         help="a spend burst: from SECONDS into the run on, AGENT's runs report FACTOR times their model usage "
         "(tokens and cost) and think FACTOR times less between calls (so call more often). The spend anomaly watch "
-        "(loopwarden.fleet.spendAnomaly) alerts on it: give the fleet at least the watch's minWindows windows (more "
-        "than half of its history, as a window with nothing counts as 0) of steady spend before SECONDS, floors "
+        "(loopwarden.fleet.spendAnomaly) alerts on it: give the fleet at least the watch's minWindows windows "
+        "of steady spend before SECONDS, floors "
         "the steady windows stay under or a factor they stay within, and a FACTOR above the watch's factor. AGENT "
         "is one of --agents' (e.g. --agents 4 --burst sim-agent-0@30:5)",
     )

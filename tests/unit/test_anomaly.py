@@ -42,7 +42,14 @@ def test_the_rule_needs_a_norm_a_floor_and_the_factor():
     assert anomalous(CFG, "a", 0, calls(30), steady) is None  # not above 3 times the median
     assert anomalous(CFG, "a", 0, calls(19), [calls(1)] * 6) is None  # under the floor
     assert anomalous(CFG, "a", 0, calls(500), [calls(10)] * 2) is None  # two windows are no norm yet
-    found = anomalous(CFG, "a", 0, calls(40), [calls(10)] * 3)  # three are, the rest count as 0
+    found = anomalous(CFG, "a", 0, calls(40), [calls(10)] * 3)  # three are: the norm of a new agent
+    assert found is not None and found.norm == 10.0 and found.windows == 3
+    # Windows with nothing before the agent's first spend say nothing of its norm (a new
+    # agent is not measured against zeros); quiet windows after it count as 0.
+    new_agent = [NOTHING] * 3 + [calls(10)] * 3
+    assert anomalous(CFG, "a", 0, calls(30), new_agent) is None
+    quiet = [calls(10)] * 3 + [NOTHING] * 3
+    found = anomalous(CFG, "a", 0, calls(30), quiet)
     assert found is not None and found.norm == 5.0 and found.windows == 6
     assert (
         anomalous(CFG, "a", 0, SpendCount(cost_micros=4_000_000), [SpendCount(cost_micros=1_000_000)] * 6).kind
