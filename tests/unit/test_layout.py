@@ -201,3 +201,21 @@ def test_commands_return_only_documented_exit_codes():
     for code in documented:
         assert f"{code} " in cli.__doc__ or f"{code}  " in cli.__doc__
     assert "exit codes" in cli.build_parser().format_help()
+
+
+def test_no_function_over_60_lines_and_no_class_over_250_in_the_shell_and_the_core():
+    """Functions and classes of streams/ and detectors/ stay readable in one screen or a
+    few (the argparse table of the command line aside)."""
+    import ast
+
+    over = []
+    for root in ("streams", "detectors"):
+        for path in sorted((ROOT / root).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1 if hasattr(node, "lineno") else 0
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name != "build_parser":
+                    if lines > 60:
+                        over.append(f"{path.relative_to(ROOT)}: {node.name} ({lines} lines)")
+                elif isinstance(node, ast.ClassDef) and lines > 250:
+                    over.append(f"{path.relative_to(ROOT)}: class {node.name} ({lines} lines)")
+    assert over == []
