@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.kafka import run_and_print
 from streams.admin import fleet_topic
 from streams.kafka import clients
 from streams.kafka.partitioner import partition_for
@@ -43,7 +44,6 @@ from streams.tools.harness import (
     follow_arrivals,
     own_broker,
     percentile,
-    scratch,
     setup_topics_async,
     wait_assigned_async,
 )
@@ -262,9 +262,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=12)
     ap.add_argument("--keep", action="store_true", help=KEEP_HELP)
     args = ap.parse_args()
-    with scratch("lw-fleet-", args.keep) as tmp:
-        result = asyncio.run(main_async(args, tmp))
-    print(json.dumps(result, indent=2))
+    run_and_print("lw-fleet-", args, main_async)
 
 
 if __name__ == "__main__":
