@@ -1,7 +1,7 @@
 """Throughput of the full `loopwarden replay` command, side by side with a floor and an
 older revision, all timed in one run on the same file.
 
-    python -m benchmarks.replay [--events 200000] [--baseline 952cf5e] [--repeat 3]
+    python -m benchmarks.replay [--events 200000] [--baseline b5f74c6] [--repeat 3]
     python -m benchmarks.replay --input TRACE.jsonl --config CONFIG.json
     python -m benchmarks.replay --against-config examples/config.json5
 
@@ -100,7 +100,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=200_000, help="events of the generated trace (no --input)")
     ap.add_argument("--input", help="a JSONL trace to time instead of the generated one")
     ap.add_argument("--config", help="its config (with --input; default: the generated trace's config)")
-    ap.add_argument("--baseline", default="952cf5e", help="the older revision to time beside this checkout")
+    ap.add_argument("--baseline", default="b5f74c6", help="the older revision to time beside this checkout")
     ap.add_argument("--repeat", type=int, default=3, help="rounds; each command runs once per round")
     ap.add_argument(
         "--against-config",
@@ -190,7 +190,7 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "replay",
-                "input": args.input or f"benchmarks.trace, {args.events} events",
+                "input": args.input or f"streams.tools.trace, {args.events} events",
                 "events": events,
                 "input_bytes": size,
                 "rounds": args.repeat,

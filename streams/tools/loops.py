@@ -3,7 +3,7 @@ editing and rerunning a test) and every kind of loop of semantics.md, each sayin
 calls and results look, step by step.
 
 One place for the simulator (`streams/tools/simulate.py`), the benchmark trace
-(`benchmarks/trace.py`) and the property tests' event streams (`tests/events.py`). A
+(`streams/tools/trace.py`) and the property tests' event streams (`tests/events.py`). A
 kind is named for the detector that must stop it. Steps carry a little padding, so that
 events are a few hundred bytes, as a real agent's are. A step's result is the same every
 time (a loop makes no progress); a user that wants results to vary in what the outcome
@@ -128,7 +128,7 @@ NORMALS: dict[str, Kind] = {
     )
 }
 # The loops, in the order the simulator deals them out; the first four need no agent
-# config and no compaction (benchmarks/trace.py uses those).
+# config and no compaction (streams/tools/trace.py uses those).
 LOOPS: dict[str, Kind] = {
     k.name: k
     for k in (
