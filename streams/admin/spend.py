@@ -49,7 +49,7 @@ _TABLE = re.compile(r"-spend-(\d+)-changelog$")
 
 def table_topic(settings: Settings, window_ms: int) -> str:
     """The changelog topic of the spend stage's table of `window_ms` windows."""
-    return f"{settings.app_id}-spend-{window_ms}-changelog"
+    return settings.spend_table_topic(window_ms)
 
 
 def tables_among(names: Iterable[str], settings: Settings) -> dict[int, str]:

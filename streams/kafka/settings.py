@@ -104,6 +104,11 @@ class Settings:
     def changelog_topic(self) -> str:
         return f"{self.app_id}-runs-changelog"
 
+    def spend_table_topic(self, window_ms: int | None) -> str:
+        """The changelog topic of the spend stage's table of `window_ms` windows (None:
+        the anomaly watch's), as Faust names a table's: `{app id}-{table}-changelog`."""
+        return f"{self.app_id}-{spend_table(window_ms)}-changelog"
+
     def ssl_context(self) -> ssl.SSLContext | None:
         if "SSL" not in self.security_protocol:
             return None
@@ -191,3 +196,9 @@ def read_detection_config(path: str | None, warn: Callable[[str, str], None] = _
     for w in config.warnings:
         warn(path, w)
     return config
+
+
+def spend_table(window_ms: int | None) -> str:
+    """The name of the spend stage's table of `window_ms` windows (None: the anomaly
+    watch's, which keeps its own)."""
+    return "spend-anomaly" if window_ms is None else f"spend-{window_ms}"

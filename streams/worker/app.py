@@ -148,6 +148,8 @@ def run_worker(settings: WorkerSettings) -> None:
         config_id = document_id(config.document)
     else:  # the current config on the topic; the built-in defaults while there is none
         config, config_id = history.current_config() or DetectionConfig({}), history.current
+    tables = spend_stage.table_specs(settings, config)  # the spend stage's, for its caps and anomaly watch
+    created += asyncio.run(kafka_clients.create_topics(settings, tables)) if tables else []
     app = create_app(settings, config, clients, config_id, None if settings.config else history, ledger)
     if created:
         log.warning("created topics %s", ", ".join(created))

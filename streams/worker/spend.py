@@ -58,7 +58,7 @@ from detectors.spend import (
 
 from ..kafka import faust_compat
 from ..kafka.producer import OutRecord
-from ..kafka.settings import Settings
+from ..kafka.settings import Settings, spend_table
 from .fleet import alert
 
 log = logging.getLogger("loopwarden.spend")
@@ -338,16 +338,40 @@ def _who(cap: SpendCapConfig, key: str) -> str:
     return {"agent": f"agent {key or '(none)'}", "gateway": f"gateway {key}"}.get(cap.per, "all its agents")
 
 
+def _tables_of(config: DetectionConfig) -> dict[int | None, tuple[int, int]]:
+    """The stage's tables under `config`: by window length (None: the anomaly watch's),
+    (window length, how long a window is kept) in ms."""
+    lengths = sorted({c.window_ms for c in config.spend_caps})
+    out: dict[int | None, tuple[int, int]] = {ms: (ms, 2 * ms) for ms in lengths}
+    watch = config.spend_anomaly
+    if watch is not None:
+        out[None] = (watch.window_ms, (watch.history + 2) * watch.window_ms)
+    return out
+
+
+def table_specs(settings: Settings, config: DetectionConfig) -> list[tuple[str, int, dict[str, str]]]:
+    """The changelog topics of the stage's tables under `config`, as Faust would make
+    them (compacted and deleted after the windows' expiry), for the worker to create
+    before it starts: a table whose changelog topic the consumer's metadata does not
+    know yet refuses writes, and a topic made while the group runs makes it rebalance."""
+    return [
+        (
+            settings.spend_table_topic(name),
+            settings.partitions,
+            {"cleanup.policy": "compact,delete", "retention.ms": str(expires), "segment.ms": "600000"},
+        )
+        for name, (_, expires) in _tables_of(config).items()
+    ]
+
+
 def install(app: Any, settings: Settings, config_of: Any, metrics: Any) -> SpendStage:
     """The spend stage in the worker app: its tables (for the caps and the anomaly watch
     of the config in use now) and its agent over the spend topic."""
     cfg: DetectionConfig = config_of()
     n = settings.partitions
-    tables = {ms: _windows(app, f"spend-{ms}", ms, 2 * ms, n) for ms in sorted({c.window_ms for c in cfg.spend_caps})}
-    watch = cfg.spend_anomaly
-    anomaly = (
-        _windows(app, "spend-anomaly", watch.window_ms, (watch.history + 2) * watch.window_ms, n) if watch else None
-    )
+    made = {name: _windows(app, spend_table(name), ms, expires, n) for name, (ms, expires) in _tables_of(cfg).items()}
+    anomaly = made.pop(None, None)
+    tables = {ms: w for ms, w in made.items() if ms is not None}
 
     async def send(topic: str, key: bytes, value: bytes, wait: bool = False) -> None:
         partition = 0 if topic in (settings.fleet_topic, settings.alerts_topic) else None
