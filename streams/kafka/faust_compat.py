@@ -73,6 +73,16 @@ def writing_as() -> Iterator[Callable[[Any], None]]:
         _current_event.reset(token)
 
 
+def table_writes_unthrottled(app: Any, most: int = 50_000) -> None:
+    """Faust queues a table's changelog writes in its producer's buffer
+    (`ProducerBuffer`, sent in the background) and, once it holds over `max_messages`
+    (100), stops delivering messages to every agent until it has waited for 100 sends
+    one by one (`wait_until_ebb`, a `wait_for` each): a stage writing thousands of
+    windows a second spent more there than in its own work. Here the buffer holds up to
+    `most` writes before that brake; they are still sent in order, in the background."""
+    app.producer.buffer.max_messages = most
+
+
 def to_message(consumer: Any, tp: Any, record: Any) -> Any:
     """A Faust message made of an aiokafka record (`Consumer._to_message`, as Faust makes
     the ones it delivers): acknowledging it marks its offset done in `consumer`."""

@@ -379,6 +379,7 @@ def install(app: Any, settings: Settings, config_of: Any, metrics: Any) -> Spend
         await put(topic, key, value, partition=partition, headers=None, timestamp=None)
 
     stage = SpendStage(settings, config_of, tables, anomaly, metrics, send)
+    faust_compat.table_writes_unthrottled(app)
     stage.refresh = lambda: faust_compat.refresh_metadata(app.consumer)
     records = app.topic(settings.spend_topic, partitions=n, **RAW)
     held = [*tables.values(), *([anomaly] if anomaly is not None else [])]
