@@ -397,12 +397,18 @@ class BatchLoop(Service):
             if self._waiting and not self.should_stop:
                 parts.append(self._fold(*self._take()))
         out = [r for p in parts for r in p.folded.out]
+        sent = None
         if out:
-            fl.sent.append(await self.publisher.send(out))
+            # Awaited before it is appended: `send` may wait (for metadata, for room in
+            # the producer), a flush may swap `fl.sent` for a new list meanwhile, and a
+            # delivery appended to the old one would never be awaited: its events
+            # acknowledged, its failure unseen.
+            sent = await self.publisher.send(out)
+            fl.sent.append(sent)
         for p in parts:
             if self.trace is not None and p.timings is not None:
                 p.timings.setdefault("w1", p.timings["w0"])  # (a part folded after the wait: none of its own)
-                self.trace.batch(p.timings, p.msgs, p.arrivals, p.folded.ids, fl.sent[-1] if fl.sent else None)
+                self.trace.batch(p.timings, p.msgs, p.arrivals, p.folded.ids, sent)
             # The states were staged before these events go into unacked: a flush in
             # between stores a state ahead of its acknowledgement, never behind it.
             fl.unacked.extend(p.events)

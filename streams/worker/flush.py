@@ -73,8 +73,11 @@ class Flusher:
             t2 = time.time()
             if written is not None:
                 deliveries = [*deliveries, written]
-            for d in deliveries:
-                await d
+            # Every delivery awaited, even after one failed: none is left unretrieved.
+            results = await asyncio.gather(*deliveries, return_exceptions=True)
+            failed = next((r for r in results if isinstance(r, BaseException)), None)
+            if failed is not None:
+                raise failed
             t3 = time.time()
             for i, e in enumerate(events):
                 e.ack()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,23 @@ from streams.worker.app import create_app
 from streams.worker.settings import WorkerSettings
 
 BREAKER = {"loopwarden": {"fleet": {"toolBreaker": {"enabled": True}}}}
+
+
+def _batch_loop(tmp_path: Path) -> tuple[WorkerSettings, Any]:
+    """A worker's settings and its batch loop (the app built, no broker)."""
+    s = settings_mod.build(
+        {"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={}, kind=WorkerSettings
+    )
+    return s, create_app(s, DetectionConfig({}), LoopClients.of(s, s.app_id)).batches  # type: ignore[attr-defined]
+
+
+def _call_event(seq: int) -> SimpleNamespace:
+    """A tool call of run "r" on partition 0, at offset `seq`, as the stream passes it on."""
+    value = {"type": "tool_call", "run_id": "r", "seq": seq, "gateway_id": "gw", "tool_name": "read"}
+    value.update(tool_call_id=f"c{seq}", params={"p": seq}, ts=1_000 + seq)
+    data = json.dumps(value).encode()
+    msg = SimpleNamespace(topic="t.events", partition=0, offset=seq, key=b"r", value=data, timestamp=1.0 + seq)
+    return SimpleNamespace(message=msg)
 
 
 def _consumed(config: DetectionConfig | None, tmp_path: Path) -> tuple[set[str], set[str]]:
@@ -116,22 +135,11 @@ def test_events_arriving_while_the_last_output_travels_go_out_with_the_batch_wai
     decisions go out in the same send, after the batch's, in order (left for the next
     batch, they would wait for this one's round trip too). Nothing waits when the
     previous output was delivered."""
-    import json
-
     from detectors.wire import decode_decision
 
-    s = settings_mod.build(
-        {"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env={}, kind=WorkerSettings
-    )
-    loop = create_app(s, DetectionConfig({}), LoopClients.of(s, s.app_id)).batches  # type: ignore[attr-defined]
+    s, loop = _batch_loop(tmp_path)
     sends: list[list] = []
-
-    def event(seq: int) -> SimpleNamespace:
-        value = {"type": "tool_call", "run_id": "r", "seq": seq, "gateway_id": "gw", "tool_name": "read"}
-        value.update(tool_call_id=f"c{seq}", params={"p": seq}, ts=1_000 + seq)
-        data = json.dumps(value).encode()
-        msg = SimpleNamespace(topic="t.events", partition=0, offset=seq, key=b"r", value=data, timestamp=1.0 + seq)
-        return SimpleNamespace(message=msg)
+    event = _call_event
 
     async def check() -> None:
         done = asyncio.get_running_loop().create_future()
@@ -159,5 +167,47 @@ def test_events_arriving_while_the_last_output_travels_go_out_with_the_batch_wai
         assert loop.progress == {0: 2}
         await loop._handle([event(3)])  # the last output delivered: at once, alone
         assert sends[-1] == [3] and len(sends) == 2
+
+    asyncio.run(check())
+
+
+def test_a_delivery_queued_while_a_flush_swaps_the_lists_is_awaited_before_its_events_are_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """BatchLoop._handle: the publisher's send may wait (metadata, room in the producer)
+    while a flush swaps the flusher's lists; the delivery it returns belongs with the
+    events it carries, so the next flush awaits it and, when it failed, raises instead of
+    acknowledging them (a worker whose output cannot be published stops; it never loses
+    its decisions silently)."""
+    _, loop = _batch_loop(tmp_path)
+
+    async def check() -> None:
+        room = asyncio.Event()
+        delivery = asyncio.get_running_loop().create_future()
+
+        async def send(records: list) -> asyncio.Future:
+            await room.wait()
+            return delivery
+
+        async def store(records: list) -> asyncio.Future:
+            stored = asyncio.get_running_loop().create_future()
+            stored.set_result(None)
+            return stored
+
+        loop.publisher.send = send
+        loop.flusher.runs.sink.send = store  # the run states' changelog: stored at once
+        loop.parts.recovery.held.add(0)
+        acked: list[int] = []
+        e = _call_event(0)
+        e.ack = lambda: acked.append(0)
+        handling = asyncio.create_task(loop._handle([e]))
+        await asyncio.sleep(0)
+        await loop.flusher.flush()  # runs while the send waits for room
+        room.set()
+        await handling
+        delivery.set_exception(RuntimeError("the output is too large to publish"))
+        with pytest.raises(RuntimeError, match="too large"):
+            await loop.flusher.flush()
+        assert not acked, "events whose decisions were not delivered are not acknowledged"
 
     asyncio.run(check())
