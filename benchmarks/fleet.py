@@ -44,8 +44,8 @@ from streams.tools.harness import (
     follow_arrivals,
     own_broker,
     percentile,
+    running_workers,
     setup_topics_async,
-    wait_assigned_async,
 )
 
 MIN_RUNS = 3
@@ -200,18 +200,9 @@ async def main_async(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     with own_broker(args.bootstrap, tmp) as (bootstrap, _):
         prefix = f"bfl{int(time.time())}."
         s = await setup_topics_async(bootstrap, prefix, args.partitions)
-        workers = [
-            WorkerProcess(bootstrap, prefix, CONFIG, tmp, args.partitions, f"w{i}", log_level="warning")
-            for i in range(args.workers)
-        ]
-        try:
-            for w in workers:
-                w.start(wait=False)
-            owners = await wait_assigned_async(workers, args.partitions, 120)
+        group = running_workers(bootstrap, prefix, CONFIG, tmp, args.partitions, args.workers, log_level="warning")
+        async with group as (workers, owners):
             return await trials(args, s, workers, owners)
-        finally:
-            for w in workers:
-                w.stop()
 
 
 async def trials(

@@ -43,9 +43,9 @@ from streams.tools.harness import (
     own_broker,
     read_all_async,
     rss_kib,
+    running_workers,
     scratch,
     setup_topics_async,
-    wait_assigned_async,
 )
 
 TEAM = 100  # agents in each team cap
@@ -188,20 +188,11 @@ async def main_async(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         prefix = f"bsp{int(time.time())}."
         s = await setup_topics_async(bootstrap, prefix, args.partitions)
         config = {"loopwarden": {"fleet": {"spendCaps": caps(args.caps)}}}
-        workers = [
-            WorkerProcess(bootstrap, prefix, config, tmp, args.partitions, f"w{i}", log_level="warning")
-            for i in range(args.workers)
-        ]
-        try:
-            for w in workers:
-                w.start(wait=False)
-            await wait_assigned_async(workers, args.partitions, 120)
+        group = running_workers(bootstrap, prefix, config, tmp, args.partitions, args.workers, log_level="warning")
+        async with group as (workers, _):
             with open("/proc/loadavg") as f:
                 before = f.read().split()[:3]
             result = await run(args, s, workers)
-        finally:
-            for w in workers:
-                w.stop()
     return {
         "benchmark": "spend",
         "agents": args.agents,

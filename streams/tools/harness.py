@@ -506,6 +506,30 @@ async def wait_assigned_async(
     return await wait_until_async(settled, timeout, "the group to settle on every worker", every=0.2)
 
 
+@contextlib.asynccontextmanager
+async def running_workers(
+    bootstrap: str,
+    prefix: str,
+    config: Mapping[str, Any] | Path | None,
+    tmp: Path,
+    partitions: int,
+    count: int,
+    timeout: float = 120.0,
+    **kwargs: Any,
+) -> AsyncIterator[tuple[list[WorkerProcess], dict[int, int]]]:
+    """`count` workers (`WorkerProcess`, named w0, w1, ...; `kwargs` go to each) started
+    together, once the group has settled on all of them: the workers and partition ->
+    owner. Every one is stopped on the way out."""
+    workers = [WorkerProcess(bootstrap, prefix, config, tmp, partitions, f"w{i}", **kwargs) for i in range(count)]
+    try:
+        for w in workers:
+            w.start(wait=False)
+        yield workers, await wait_assigned_async(workers, partitions, timeout)
+    finally:
+        for w in workers:
+            w.stop()
+
+
 # --- the hooks sidecar ---------------------------------------------------------------------------
 
 HOOK = Path(sys.executable).parent / "loopwarden-hook"  # the Python hook this interpreter's install has
