@@ -1,5 +1,6 @@
-"""What every test shares: the conformance scenarios, and the OpenClaw plugin's npm
-packages, installed by the test session itself when they are missing or stale."""
+"""What every test shares: the conformance scenarios, the OpenClaw plugin's npm
+packages, installed by the test session itself when they are missing or stale, and the
+hooks (the Python hook and the fast hook built around it)."""
 
 import fcntl
 import hashlib
@@ -10,6 +11,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+from streams.hooks import fast
+from streams.tools.harness import HOOK
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,6 +97,20 @@ OWN_PROCESSES = {
     "test_openclaw_tls.py",
     "test_security.py",
 }
+
+
+@pytest.fixture(scope="session")
+def fast_hook(tmp_path_factory) -> Path:
+    """The fast hook, built as `hooks install` builds it (a C compiler is needed), around
+    this install's Python hook."""
+    assert HOOK.exists(), "pip install -e . installs loopwarden-hook"
+    return fast.build(str(HOOK), tmp_path_factory.mktemp("fast-hook") / fast.NAME)
+
+
+@pytest.fixture(params=["python", "fast"])
+def hook(request) -> Path:
+    """A hook test that takes this fixture runs with the Python hook and with the fast one."""
+    return HOOK if request.param == "python" else request.getfixturevalue("fast_hook")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -11,6 +11,7 @@ import json
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from aiokafka.errors import KafkaError
@@ -18,6 +19,7 @@ from aiokafka.errors import KafkaError
 from detectors.errors import LoopwardenError
 from streams.tools.harness import (
     Send,
+    SidecarProcess,
     WorkerProcess,
     committed,
     consume,
@@ -50,6 +52,7 @@ __all__ = [
     "produce",
     "read_all",
     "setup_topics",
+    "sidecar_stack",
     "topic_settings",
     "wait_assigned",
     "wait_committed",
@@ -96,6 +99,20 @@ def fresh_worker(bootstrap: str, tmp: Path, started: list, config: dict | None, 
     for fixtures wider than a test (a test takes the `start_worker` fixture)."""
     w = launch_worker(bootstrap, tmp, started, None, config, **kw)
     return w.topics, w
+
+
+def sidecar_stack(bootstrap: str, tmp: Path, config: dict, gateway: str) -> Iterator[tuple]:
+    """A worker on fresh topics and a hooks sidecar as `gateway` in front of it, for a
+    module's fixture: yields (settings, worker, sidecar), then stops both and fails if
+    the sidecar logged a traceback."""
+    started: list = []
+    s, w = fresh_worker(bootstrap, tmp, started, config)
+    side = SidecarProcess(bootstrap, s.topic_prefix, gateway, tmp / "sidecar.log").start()
+    yield s, w, side
+    side.stop()
+    for x in started:
+        x.kill()
+    assert "Traceback" not in side.log.read_text(), side.log.read_text()[-3000:]
 
 
 def delete_topics(bootstrap: str, prefixes: list[str]) -> None:

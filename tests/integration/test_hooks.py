@@ -30,8 +30,8 @@ from detectors.fingerprint import normalize_tool_name
 from detectors.wire import RunEnd, ToolCall, decode_event, encode
 from streams.hooks import fast
 from streams.hooks.runtimes import RUNTIMES, answer
-from streams.tools.harness import HOOK, SidecarProcess
-from tests.integration.harness import consume, fresh_worker
+from streams.tools.harness import HOOK
+from tests.integration.harness import consume, sidecar_stack
 from tests.unit.test_hooks_payloads import PAYLOADS
 
 pytestmark = pytest.mark.integration
@@ -54,15 +54,7 @@ LOOP = {  # the same call, the same output, each time
 
 @pytest.fixture(scope="module")
 def stack(bootstrap, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("hooks")
-    started: list = []
-    s, w = fresh_worker(bootstrap, tmp, started, CONFIG)
-    side = SidecarProcess(bootstrap, s.topic_prefix, "gw-hooks", tmp / "sidecar.log").start()
-    yield s, w, side
-    side.stop()
-    for x in started:
-        x.kill()
-    assert "Traceback" not in side.log.read_text(), side.log.read_text()[-3000:]
+    yield from sidecar_stack(bootstrap, tmp_path_factory.mktemp("hooks"), CONFIG, "gw-hooks")
 
 
 @pytest.fixture
@@ -73,18 +65,6 @@ def live(stack):
     if not side.alive():  # a test stopped it
         side.start()
     return stack
-
-
-@pytest.fixture(scope="module")
-def fast_hook(tmp_path_factory) -> Path:
-    """The fast hook, built as `hooks install` builds it (a C compiler is needed)."""
-    return fast.build(str(HOOK), tmp_path_factory.mktemp("fast-hook") / fast.NAME)
-
-
-@pytest.fixture(params=["python", "fast"])
-def hook(request) -> Path:
-    """Each hook test runs with the Python hook and with the fast hook."""
-    return HOOK if request.param == "python" else request.getfixturevalue("fast_hook")
 
 
 def run_hook(hook: Path, side, runtime: str, event: str, payload: dict, *flags: str) -> tuple[int, str, str]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -26,10 +25,8 @@ from detectors.config import load_config
 from detectors.fleet import SpendCapSignal, encode_fleet_record
 from detectors.policy import spend_cap_message
 from detectors.wire import ToolCall
-from streams.hooks import fast
 from streams.hooks.runtimes import PAUSE, RUNTIMES, answer
-from streams.tools.harness import HOOK, SidecarProcess
-from tests.integration.harness import fresh_worker, produce, wait_until
+from tests.integration.harness import produce, sidecar_stack, wait_until
 from tests.integration.test_hooks import RESULT_EVENT, published, run_hook, session_events
 from tests.unit.test_hooks_payloads import PAYLOADS
 
@@ -46,26 +43,7 @@ CONFIG = {
 
 @pytest.fixture(scope="module")
 def stack(bootstrap, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("hooks-pause")
-    started: list = []
-    s, w = fresh_worker(bootstrap, tmp, started, CONFIG)
-    side = SidecarProcess(bootstrap, s.topic_prefix, "gw-pause", tmp / "sidecar.log").start()
-    yield s, w, side
-    side.stop()
-    for x in started:
-        x.kill()
-    assert "Traceback" not in side.log.read_text(), side.log.read_text()[-3000:]
-
-
-@pytest.fixture(scope="module")
-def fast_hook(tmp_path_factory) -> Path:
-    return fast.build(str(HOOK), tmp_path_factory.mktemp("fast-hook") / fast.NAME)
-
-
-@pytest.fixture(params=["python", "fast"])
-def hook(request) -> Path:
-    """Each case with the Python hook and with the fast hook."""
-    return HOOK if request.param == "python" else request.getfixturevalue("fast_hook")
+    yield from sidecar_stack(bootstrap, tmp_path_factory.mktemp("hooks-pause"), CONFIG, "gw-pause")
 
 
 def publish_signal(bootstrap: str, s, w, rec: SpendCapSignal) -> None:

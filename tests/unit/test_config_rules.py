@@ -8,6 +8,7 @@ import copy
 
 from detectors import DetectionConfig, digest
 from detectors.config import Rules
+from tests.config_shapes import default_shape
 
 ON = {"tools": {"loopDetection": {"enabled": True}}}
 
@@ -85,23 +86,7 @@ def test_the_hash_gains_rules_only_when_one_is_on():
     on = DetectionConfig(doc({"cycles": {"enabled": True, "laps": 4}})).global_config
     assert on.config_hash != plain.config_hash
     # The shape of wire-format.md: the plain shape with `loopwarden.rules` as resolved.
-    shape = {
-        "enabled": True,
-        "historySize": 30,
-        "warningThreshold": 10,
-        "criticalThreshold": 20,
-        "unknownToolThreshold": 10,
-        "globalCircuitBreakerThreshold": 30,
-        "detectors": {"genericRepeat": True, "knownPollNoProgress": True, "pingPong": True},
-        "postCompactionGuard": {"windowSize": 3},
-        "loopwarden": {
-            "runIdleTimeoutMs": 86400000,
-            "budgets": {"runTokens": None, "runCostUsd": None, "runToolCalls": None},
-            "enforce": True,
-            "holdoutPercent": 0,
-            "fleet": {"toolBreaker": {"enabled": False, "minRuns": 20, "windowMs": 300000, "coolDownMs": 120000}},
-        },
-    }
+    shape = default_shape()
     assert digest(shape) == plain.config_hash
     shape["loopwarden"]["rules"] = {
         "progressAware": False,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from detectors import DetectionConfig
 from detectors.canonical import digest
+from tests.config_shapes import default_shape
 
 HOUR = 3_600_000
 ON = {"tools": {"loopDetection": {"enabled": True}}}
@@ -87,33 +88,9 @@ def test_agents_are_trimmed_and_lower_cased_and_caps_are_read_only_at_the_top_le
     assert bad.spend_caps == () and "loopwarden.fleet.spendCaps: not a list; ignored" in bad.warnings
 
 
-def _shape(spend_caps: list | None = None) -> dict:
-    """The hashed shape of the global config of `ON` (wire-format.md, "Config file")."""
-    fleet: dict = {"toolBreaker": {"enabled": False, "minRuns": 20, "windowMs": 300000, "coolDownMs": 120000}}
-    if spend_caps is not None:
-        fleet["spendCaps"] = spend_caps
-    return {
-        "enabled": True,
-        "historySize": 30,
-        "warningThreshold": 10,
-        "criticalThreshold": 20,
-        "unknownToolThreshold": 10,
-        "globalCircuitBreakerThreshold": 30,
-        "detectors": {"genericRepeat": True, "knownPollNoProgress": True, "pingPong": True},
-        "postCompactionGuard": {"windowSize": 3},
-        "loopwarden": {
-            "runIdleTimeoutMs": 86400000,
-            "budgets": {"runTokens": None, "runCostUsd": None, "runToolCalls": None},
-            "enforce": True,
-            "holdoutPercent": 0,
-            "fleet": fleet,
-        },
-    }
-
-
 def test_the_hashed_shape_gains_the_valid_caps_only_when_there_is_one():
     plain = DetectionConfig(ON).global_config.config_hash
-    assert plain == digest(_shape())
+    assert plain == digest(default_shape())
     # no valid cap: the hash is the one without caps
     for caps in ([], [{"id": "x"}], [{"id": "y", "per": "team", "tokens": 5}]):
         assert DetectionConfig(caps_config(*caps)).global_config.config_hash == plain, caps
@@ -124,7 +101,7 @@ def test_the_hashed_shape_gains_the_valid_caps_only_when_there_is_one():
             {"id": "b", "agents": ["W "], "costUsd": 1},
         )
     )
-    expected = _shape(
+    expected = default_shape(
         [
             {
                 "id": "a",

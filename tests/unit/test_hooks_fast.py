@@ -33,12 +33,6 @@ for _name in ("LC_ALL", "LC_CTYPE", "PYTHONIOENCODING", "PYTHONUTF8"):
     ENV.pop(_name, None)
 
 
-@pytest.fixture(scope="module")
-def fast_hook(tmp_path_factory) -> Path:
-    assert PY_HOOK.exists(), "pip install -e . installs loopwarden-hook"
-    return fast.build(str(PY_HOOK), tmp_path_factory.mktemp("fast") / fast.NAME)
-
-
 def run(exe: Path, argv: list[str], stdin: bytes, env: dict | None = None) -> tuple[int, bytes, bytes, float]:
     t0 = time.monotonic()
     p = subprocess.run([str(exe), *argv], input=stdin, capture_output=True, timeout=30, env=env or ENV)
