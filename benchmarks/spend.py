@@ -14,11 +14,13 @@ are what grows), to 8 gateways.
 Every 5 s it samples, per topic, how far the workers' group is behind the end offsets:
 the events topic (what the workers fold and forward) and the spend topic (what the spend
 stage counts). The lag is "not growing" when the mean over the last third of the run is
-no more than the mean over the middle third plus one second of input (and it drains to
-zero once the load stops). The stage's memory per key: the workers' resident memory
-grown from before the load to its end, over the windows the tables hold then
-(`loopwarden_spend_keys`), beside the bytes each stored window takes on the changelog
-(key and value). Prints one JSON object; it says how many cores each process used.
+no more than the mean over the middle third plus one second of that topic's input (usage
+events for the events topic, spend records for the spend topic), and it drains to zero
+once the load stops; the lag's fitted slope and its error are given beside it. The
+stage's memory per key: the workers' resident memory grown from before the load to its
+end, over the windows the tables hold then (`loopwarden_spend_keys`), beside the bytes
+each stored window takes on the changelog (key and value). Prints one JSON object; it
+says how many cores each process used.
 """
 
 from __future__ import annotations
@@ -112,18 +114,36 @@ async def sample(s: Settings, group: str, t0: float, out: list[dict[str, Any]], 
             pass
 
 
-def growing(samples: list[dict[str, Any]], name: str, seconds: float, rate: float) -> dict[str, Any]:
+def growing(samples: list[dict[str, Any]], name: str, seconds: float, per_s: float) -> dict[str, Any]:
     """The lag's means over the middle and last thirds of the load; growing when the last
-    is above the middle by more than one second of input."""
+    is above the middle by more than one second of that topic's input (`per_s`, in the
+    lag's own unit: events, or spend records). Beside it, the lag's least-squares slope
+    (a second, from the 10th on) with its standard error, and that slope as a percentage
+    of the input."""
     during = [x[name] for x in samples if x["t_s"] <= seconds]
     third = max(1, len(during) // 3)
     middle, last = during[third : 2 * third] or during, during[2 * third :] or during
+    fitted = [(x["t_s"], x[name]) for x in samples if 10 <= x["t_s"] <= seconds]
+    slope, error = fit(fitted) if len(fitted) >= 3 else (None, None)
     return {
         "middle_third_mean": round(mean(middle), 1),
         "last_third_mean": round(mean(last), 1),
         "max": max(during),
-        "growing": mean(last) > mean(middle) + rate,
+        "slope_per_s": None if slope is None else round(slope, 1),
+        "slope_error_per_s": None if error is None else round(error, 1),
+        "slope_percent_of_input": None if slope is None or not per_s else round(100 * slope / per_s, 2),
+        "growing": mean(last) > mean(middle) + per_s,
     }
+
+
+def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """The least-squares slope of y over x, and its standard error."""
+    n = len(points)
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
+    residue = sum((y - my - slope * (x - mx)) ** 2 for x, y in points)
+    return slope, (residue / (n - 2) / sxx) ** 0.5
 
 
 async def stored_bytes(s: Settings, changelogs: list[str]) -> float | None:
@@ -172,8 +192,8 @@ async def run(args: argparse.Namespace, s: Settings, workers: list[WorkerProcess
         "usage_events_per_s": round(sent / wall, 1),
         "spend_records_counted": int(counted),
         "spend_records_per_s": round(counted / wall, 1),
-        "events_lag": growing(samples, "events_lag", args.seconds, args.rate),
-        "spend_lag": growing(samples, "spend_lag", args.seconds, args.rate),
+        "events_lag": growing(samples, "events_lag", args.seconds, sent / wall),
+        "spend_lag": growing(samples, "spend_lag", args.seconds, counted / wall),
         "drained_after_load_s": drain_s,
         "lag_samples": samples,
         "windows_held": int(keys),
