@@ -1,7 +1,7 @@
 """The spend stage under load: many agents, many caps, a steady stream of usage events.
 
     python -m benchmarks.spend [--bootstrap HOST:PORT] [--agents 50000] [--caps 20]
-                               [--rate 2000] [--seconds 60] [--workers 1]
+                               [--rate 2000] [--seconds 60] [--workers 2]
 
 Without --bootstrap it starts its own local broker and stops it at the end. The workers
 run a config of `--caps` spend caps (below: two for every agent, hourly and daily, one
@@ -233,7 +233,12 @@ def main() -> None:
     ap.add_argument("--caps", type=int, default=20, help="spend caps in the config (at least 4 of them)")
     ap.add_argument("--rate", type=float, default=2000.0, help="usage events a second")
     ap.add_argument("--seconds", type=float, default=60.0)
-    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="workers, each counting its share of the spend topic (how far one goes: benchmarks/RESULTS.md)",
+    )
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--keep", action="store_true", help=KEEP_HELP)
     args = ap.parse_args()
