@@ -397,13 +397,9 @@ class BatchLoop(Service):
             if self._waiting and not self.should_stop:
                 parts.append(self._fold(*self._take()))
         out = [r for p in parts for r in p.folded.out]
-        sent = None
-        if out:
-            # Awaited before it is appended: `send` may wait (for metadata, for room in
-            # the producer), a flush may swap `fl.sent` for a new list meanwhile, and a
-            # delivery appended to the old one would never be awaited: its events
-            # acknowledged, its failure unseen.
-            sent = await self.publisher.send(out)
+        # `fl.sent` read after the send: a flush may swap it while `send` waits for room
+        sent = await self.publisher.send(out) if out else None
+        if sent is not None:
             fl.sent.append(sent)
         for p in parts:
             if self.trace is not None and p.timings is not None:
