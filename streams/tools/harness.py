@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,13 +38,32 @@ KEEP_HELP = "keep the temporary folder (the broker's data, the processes' logs);
 
 
 @contextlib.contextmanager
+def terminated_as_exit() -> Iterator[None]:
+    """While inside, SIGTERM (`kill`, `timeout`) ends the process as Ctrl-C would: as an
+    exception (`SystemExit(143)`) in the main thread, so every `finally` and context
+    manager on the way out runs, and the brokers and workers a benchmark started are
+    stopped (by default SIGTERM ends Python at once and leaves them running)."""
+
+    def exit_(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
 def scratch(prefix: str, keep: bool = False) -> Iterator[Path]:
     """A temporary folder for a benchmark's broker, processes and logs, removed at the
     end unless `keep` (--keep) or the run fails: the logs an error names are in it. A
-    folder kept is named on stderr."""
+    folder kept is named on stderr. Inside it a SIGTERM ends the run through its cleanup
+    (`terminated_as_exit`)."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        yield tmp
+        with terminated_as_exit():
+            yield tmp
     except BaseException:
         keep = True
         raise

@@ -53,3 +53,29 @@ def test_percentiles_are_by_nearest_rank():
     assert percentile([], 50) is None
     assert percentiles([0.0012, 0.0034, 0.0101], (50, 99), scale=1000) == {"p50": 3.4, "p99": 10.1, "max": 10.1, "n": 3}
     assert percentiles([], (50,)) == {"p50": None, "max": None, "n": 0}
+
+
+def test_a_sigterm_ends_a_benchmark_through_its_cleanup(tmp_path):
+    """terminated_as_exit: a SIGTERM raises SystemExit(143) in the main thread, so the
+    `finally` that stops a benchmark's broker and workers runs (by default the process
+    would end at once and leave them running)."""
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "import time\n"
+        "from streams.tools.harness import terminated_as_exit\n"
+        "with terminated_as_exit():\n"
+        "    try:\n"
+        "        print('ready', flush=True)\n"
+        "        time.sleep(30)\n"
+        "    finally:\n"
+        "        print('stopped what it started', flush=True)\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline() == "ready\n"
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=20)
+    assert out == "stopped what it started\n"
+    assert p.returncode == 143
