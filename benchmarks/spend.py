@@ -118,8 +118,8 @@ def growing(samples: list[dict[str, Any]], name: str, seconds: float, per_s: flo
     """The lag's means over the middle and last thirds of the load; growing when the last
     is above the middle by more than one second of that topic's input (`per_s`, in the
     lag's own unit: events, or spend records). Beside it, the lag's least-squares slope
-    (a second, from the 10th on) with its standard error, and that slope as a percentage
-    of the input."""
+    per second (over the samples from the 10th second on) with its standard error, and
+    that slope as a percentage of the input."""
     during = [x[name] for x in samples if x["t_s"] <= seconds]
     third = max(1, len(during) // 3)
     middle, last = during[third : 2 * third] or during, during[2 * third :] or during

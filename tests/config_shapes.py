@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+# OpenClaw's default loop detection settings, as a config document or a hashed shape spells them
+OPENCLAW_DEFAULTS = {
+    "enabled": True,
+    "historySize": 30,
+    "warningThreshold": 10,
+    "criticalThreshold": 20,
+    "unknownToolThreshold": 10,
+    "globalCircuitBreakerThreshold": 30,
+}
+
 
 def default_shape(spend_caps: list | None = None) -> dict:
     """The hashed shape (wire-format.md, "Config file") of a config with every
@@ -11,12 +21,7 @@ def default_shape(spend_caps: list | None = None) -> dict:
     if spend_caps is not None:
         fleet["spendCaps"] = spend_caps
     return {
-        "enabled": True,
-        "historySize": 30,
-        "warningThreshold": 10,
-        "criticalThreshold": 20,
-        "unknownToolThreshold": 10,
-        "globalCircuitBreakerThreshold": 30,
+        **OPENCLAW_DEFAULTS,
         "detectors": {"genericRepeat": True, "knownPollNoProgress": True, "pingPong": True},
         "postCompactionGuard": {"windowSize": 3},
         "loopwarden": {

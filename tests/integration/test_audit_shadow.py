@@ -18,22 +18,14 @@ from detectors import DetectionConfig, decode_event, replay
 from streams.admin.config_topic import publish_config
 from streams.audit.core import agent_hashes
 from streams.tools.launch import command
+from tests.config_shapes import OPENCLAW_DEFAULTS
 from tests.integration.harness import ROOT, WorkerProcess, audit, new_prefix, read_all, setup_topics
 from tests.unit.test_audit_core import offline_policy
 
 pytestmark = pytest.mark.integration
 
 BASE = {
-    "tools": {
-        "loopDetection": {
-            "enabled": True,
-            "historySize": 30,
-            "warningThreshold": 10,
-            "criticalThreshold": 20,
-            "unknownToolThreshold": 10,
-            "globalCircuitBreakerThreshold": 30,
-        }
-    },
+    "tools": {"loopDetection": dict(OPENCLAW_DEFAULTS)},
     "agents": {
         "list": [
             {"id": "main", "default": True},
