@@ -83,8 +83,13 @@ def run_replay(
             else:
                 assert isinstance(folded, SetAside)
                 w.set_aside(lineno, folded)
-            if not lineno & 8191:
-                w.flush()
+            if not lineno & 255:
+                # Counted often, written seldom: decisions held for thousands of events keep
+                # their memory from being reused while it is in the caches, which cost a
+                # fifth of a replay's time (benchmarks.replay); their bytes do not.
+                w.count()
+                if not lineno & 8191:
+                    w.flush()
     finally:
         # Whatever happened, what was decided is written out.
         w.flush()
@@ -119,16 +124,21 @@ class _Written:
             record = {"line": lineno, "error": reason, "detail": detail, "value": line}
             self.dead_letter.write(json.dumps(record, ensure_ascii=False).encode() + b"\n")
 
-    def flush(self) -> None:
-        out, decided, report = self.out, self.decided, self.report
-        if out:
-            self.dst.write(b"\n".join(out))
-            self.dst.write(b"\n")
-            out.clear()
+    def count(self) -> None:
+        """The decisions folded since the last count, into the report's counts."""
+        decided, report = self.decided, self.report
         report.decisions += len(decided)
         report.actions.update(map(_ACTION, decided))
         report.detectors.update(filter(None, map(_DETECTOR, decided)))
         decided.clear()
+
+    def flush(self) -> None:
+        out = self.out
+        if out:
+            self.dst.write(b"\n".join(out))
+            self.dst.write(b"\n")
+            out.clear()
+        self.count()
         if self.progress.shown:
             with contextlib.suppress(OSError, ValueError):  # a pipe: no position to show
                 self.progress.update(self.src.tell())
