@@ -88,19 +88,17 @@ def fold(
 ) -> Iterator[Folded | SetAside]:
     """Fold messages over their runs' states: the one loop every reader runs.
 
-    `source` yields `(position, key, value)`: a Kafka batch, a file's lines, a topic read
-    for an audit; `value` is the message's bytes, or an event already decoded. Yields a
-    `Folded` or a `SetAside` (a dead letter) per message, in order.
+    `source` yields `(position, key, value)` (a Kafka batch, a file's lines, a topic read
+    for an audit; `value`: bytes or an event already decoded); a `Folded` or a `SetAside`
+    (a dead letter) is yielded per message, in order.
 
     - Admission: bytes over `max_event_bytes` are refused unread; `keyed` (false for a
-      file) requires each key to be its event's run_id.
-    - States: a run not seen yet is read with `load(run_id, position)`, or starts empty.
-    - `config_for(event)`, `fleet_for(event)`: the config and fleet view of each event
-      instead of `config` and `fleet` (an audit's, as its recorded decision names them).
-    - `breakers` and `spend`: the tool breaker's and the spend caps' rules (semantics.md
-      sections 9 and 11) run over the events folded here, each applied one after it is
-      judged; what they open or reach joins `fleet`, and `opened` or `reached` is told.
-    - `encode` false: no decision is encoded (an audit compares decisions, writes none)."""
+      file) requires each key to be its event's run_id. A run not seen yet is read with
+      `load(run_id, position)`, or starts empty.
+    - `config_for(ev)`, `fleet_for(ev)`: each event's config and fleet view (an audit's).
+    - `breakers`, `spend`: the tool breaker's and spend caps' rules (sections 9 and 11) run
+      over each applied event after it is judged; what they open or reach joins `fleet`,
+      and `opened` or `reached` is told. `encode` false: no decision is encoded (an audit)."""
     if (breakers is not None or spend is not None) and fleet is None:
         fleet = FleetView()
     states: dict[str, RunState | None] = {}
@@ -115,7 +113,9 @@ def fold(
             cfg = config if config_for is None else config_for(ev)
             try:  # a decision that cannot be encoded fails its event, before its run's state moves on
                 after, decisions = apply(before, ev, cfg, fleet if fleet_for is None else fleet_for(ev))
-                encoded = list(map(_encode, decisions)) if decisions and encode else []
+                encoded = []
+                if decisions and encode:  # (a call's one decision: no map to make)
+                    encoded = [_encode(decisions[0])] if len(decisions) == 1 else list(map(_encode, decisions))
                 if (breakers is not None or spend is not None) and after is not before:  # applied, not a duplicate
                     _fleet_rules(ev, fleet, breakers, opened, spend, reached)  # type: ignore[arg-type]  # set above
             except EventError:
