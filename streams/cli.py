@@ -508,6 +508,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="linger of Faust's own producer (offsets, internal topics; default 5 ms); decisions and "
         "state writes go out in explicit batches",
     )
+    w.add_argument(
+        "--fetch-bytes-per-partition",
+        type=int,
+        help="most bytes one fetch of the events topic brings per partition (default 4 MiB; with Faust's own "
+        "default, 1 MiB, two workers fold no more than one); a worker buffers at most this per assigned partition",
+    )
     w.add_argument("--log-level", help="debug, info, warning (default), error")
     w.add_argument(
         "--session-timeout-s",

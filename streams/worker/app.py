@@ -200,6 +200,7 @@ def _faust_app(settings: WorkerSettings) -> faust.App:
         topic_replication_factor=settings.replication,
         table_standby_replicas=settings.standby_replicas,
         consumer_auto_offset_reset="earliest",
+        consumer_max_fetch_size=settings.fetch_bytes_per_partition,
         producer_linger=settings.producer_linger_ms / 1000.0,  # Faust's own producer (offsets, internals)
         producer_acks=-1,
         broker_session_timeout=settings.session_timeout_s,

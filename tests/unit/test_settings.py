@@ -44,6 +44,7 @@ def test_security_settings_reach_the_kafka_clients():
         ({"LOOPWARDEN_FLUSH_INTERVAL_MS": "-1"}, {}, "flush_interval_ms must not be negative, got -1"),
         ({}, {"batch_linger_ms": -5.0}, "batch_linger_ms must not be negative"),
         ({}, {"batch_max": 0}, "batch_max must be at least 1"),
+        ({"LOOPWARDEN_FETCH_BYTES_PER_PARTITION": "512"}, {}, "fetch_bytes_per_partition must be at least 1024"),
     ],
 )
 def test_bad_values_are_named(env, flags, message):
