@@ -162,15 +162,6 @@ def nesting_depth(data: bytes) -> int:
 _NOT_OPENERS = bytes(b for b in range(256) if b not in b"[{")
 
 
-def _check_depth(data: bytes) -> None:
-    # Depth can only exceed the limit when there are more openers than the limit: one C
-    # pass clears almost every event; the exact scan runs only on the rest.
-    if len(data.translate(None, _NOT_OPENERS)) > MAX_DEPTH:
-        deepest = nesting_depth(data)
-        if deepest > MAX_DEPTH:
-            raise DecodeError(f"JSON nested {deepest} levels deep; the limit is {MAX_DEPTH}")
-
-
 def decode_event(data: bytes | str) -> Event:
     """Decode one event; raise DecodeError naming the problem.
 
@@ -178,8 +169,12 @@ def decode_event(data: bytes | str) -> Event:
     wire-format.md ("Bad input") hold alike: nesting depth, `seq` and `ts` range (on the
     types), and valid Unicode in the ids and the tool name."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-    if len(raw.translate(None, _NOT_OPENERS)) > MAX_DEPTH:  # _check_depth, inlined: it runs on every event
-        _check_depth(raw)
+    # Depth can only exceed the limit when there are more openers than the limit: one C
+    # pass clears almost every event; the exact scan runs only on the rest.
+    if len(raw.translate(None, _NOT_OPENERS)) > MAX_DEPTH:
+        deepest = nesting_depth(raw)
+        if deepest > MAX_DEPTH:
+            raise DecodeError(f"JSON nested {deepest} levels deep; the limit is {MAX_DEPTH}")
     try:
         ev = _decoder.decode(data)
     except msgspec.ValidationError as exc:

@@ -511,8 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--fetch-bytes-per-partition",
         type=int,
-        help="most bytes one fetch of the events topic brings per partition (default 4 MiB; with Faust's own "
-        "default, 1 MiB, two workers fold no more than one); a worker buffers at most this per assigned partition",
+        help="most bytes one fetch of the events topic brings per partition (default 4 MiB; Faust's own default, "
+        "1 MiB, holds the workers' throughput down); a worker buffers at most this per assigned partition",
     )
     w.add_argument("--log-level", help="debug, info, warning (default), error")
     w.add_argument(

@@ -85,8 +85,8 @@ def run_replay(
                 w.set_aside(lineno, folded)
             if not lineno & 255:
                 # Counted often, written seldom: decisions held for thousands of events keep
-                # their memory from being reused while it is in the caches, which cost about
-                # 7 percent of a replay's CPU (benchmarks.replay); their bytes do not.
+                # their memory from being reused while it is in the caches (benchmarks.replay;
+                # benchmarks/RESULTS.md); their encoded bytes cost nothing held.
                 w.count()
                 if not lineno & 8191:
                     w.flush()

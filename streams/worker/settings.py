@@ -18,9 +18,9 @@ class WorkerSettings(Settings):
     # How often the touched runs' states go to the changelog (and the input is committed).
     flush_interval_ms: float = 1000.0
     producer_linger_ms: float = 5.0
-    # Most bytes one fetch brings per partition (Faust's consumer_max_fetch_size): with
-    # Faust's default, 1 MiB, two workers folded no more than one (benchmarks.kafka's
-    # throughput); a worker buffers at most this much per assigned partition.
+    # Most bytes one fetch brings per partition (Faust's consumer_max_fetch_size): above
+    # Faust's default, which held the workers' throughput down (benchmarks.kafka;
+    # benchmarks/RESULTS.md); a worker buffers at most this much per assigned partition.
     fetch_bytes_per_partition: int = 4 << 20
     web_host: str = "127.0.0.1"
     web_port: int = 6066
