@@ -514,6 +514,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="most bytes one fetch of the events topic brings per partition (default 4 MiB; Faust's own default, "
         "1 MiB, holds the workers' throughput down); a worker buffers at most this per assigned partition",
     )
+    w.add_argument(
+        "--consumer",
+        choices=["inline", "thread"],
+        help="where Faust's Kafka consumer runs: inline, in the worker's event loop (default), or thread, "
+        "in a thread of its own as Faust runs it, where every fetch and commit crosses between the two "
+        "threads (more CPU per event, a longer tail: benchmarks.kafka)",
+    )
     w.add_argument("--log-level", help="debug, info, warning (default), error")
     w.add_argument(
         "--session-timeout-s",

@@ -15,7 +15,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import faust
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from mode import Service
 from mode.services import WaitResults
+from mode.utils.futures import maybe_async
 
 
 def crashed(app: faust.App) -> bool:
@@ -199,3 +202,64 @@ async def _run_on(coro: Any, pending: Any) -> Any:
             pending = coro.send(None) if error is None else coro.throw(error)
         except StopIteration as done:
             return done.value
+
+
+def consume_inline(app: faust.App) -> None:
+    """Run the app's aiokafka consumer in the app's own event loop (before its consumer
+    is first made).
+
+    Faust runs it in a thread of its own with a second event loop (`ConsumerThread`, a
+    mode `ServiceThread`), and every call into it crosses between the threads through a
+    method queue: each fetch of the agent's (`getmany`), each commit, a wake-up of the
+    other loop through its self-pipe, and the GIL handed over, both ways. Here the same
+    consumer (`AIOKafkaConsumerThread`, its calls unchanged) is a service of the app's
+    loop, and a call is an await (benchmarks.kafka, the `thread` and `inline` series).
+
+    Replaces the transport's `Consumer` class (read when the app makes its consumer) by
+    one whose `_new_consumer_thread` makes an `_InlineConsumerThread`."""
+    app.transport.Consumer = _InlineConsumer  # type: ignore[misc]
+
+
+class _InlineConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust's consumer "thread" started, called and stopped in the app's loop.
+
+    mode's `ServiceThread` starts a thread that runs the service's start, then
+    `on_thread_started`, and at the stop `_shutdown_thread`; here they run in the loop
+    itself, in that order. The rebalance callbacks go straight to Faust's consumer
+    (Faust posts them to a method queue of the app's loop and waits for them there)."""
+
+    def __init__(self, consumer: Any, *, loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
+        super().__init__(consumer, loop=loop, thread_loop=loop, **kwargs)
+
+    async def start(self) -> None:
+        await Service.start(self)  # on_start: the aiokafka consumer is made and started
+        await self.on_thread_started()
+
+    async def stop(self) -> None:
+        if not self._started.is_set() or self._stopped.is_set():
+            return
+        self._stopped.set()
+        await self.on_stop()
+        await self.on_thread_stop()  # the method queue, then the aiokafka consumer
+        await self._default_stop_children()
+        self._shutdown.set()
+        await self._default_stop_futures()
+        await self._default_stop_exit_stacks()
+        await self.on_shutdown()
+
+    async def call_thread(self, fun: Any, *args: Any, **kwargs: Any) -> Any:
+        return await maybe_async(fun(*args, **kwargs))
+
+    async def cast_thread(self, fun: Any, *args: Any, **kwargs: Any) -> None:
+        await maybe_async(fun(*args, **kwargs))
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self.consumer.on_partitions_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: Any, generation_id: int = 0) -> None:
+        await self.consumer.on_partitions_assigned(assigned, generation_id)
+
+
+class _InlineConsumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
+        return _InlineConsumerThread(self, loop=self.loop, beacon=self.beacon)

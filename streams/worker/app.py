@@ -189,7 +189,7 @@ RAW: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer":
 
 
 def _faust_app(settings: WorkerSettings) -> faust.App:
-    return faust.App(
+    app = faust.App(
         settings.app_id,
         broker=f"kafka://{settings.bootstrap}",
         broker_credentials=_credentials(settings),
@@ -215,6 +215,9 @@ def _faust_app(settings: WorkerSettings) -> faust.App:
         web_port=settings.web_port,
         web_in_thread=False,
     )
+    if settings.consumer == "inline":
+        faust_compat.consume_inline(app)
+    return app
 
 
 def _lags(app: faust.App, settings: WorkerSettings, batches: BatchLoop) -> dict[int, int]:

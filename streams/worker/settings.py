@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from ..kafka.errors import SettingsError
 from ..kafka.settings import Settings
 
+CONSUMERS = ("inline", "thread")
+
 
 @dataclass(frozen=True)
 class WorkerSettings(Settings):
@@ -22,6 +24,9 @@ class WorkerSettings(Settings):
     # Faust's default, which held the workers' throughput down (benchmarks.kafka;
     # benchmarks/RESULTS.md); a worker buffers at most this much per assigned partition.
     fetch_bytes_per_partition: int = 4 << 20
+    # Where Faust's Kafka consumer runs: "inline", in the worker's event loop, or "thread",
+    # in a thread of its own, as Faust runs it (faust_compat.consume_inline).
+    consumer: str = "inline"
     web_host: str = "127.0.0.1"
     web_port: int = 6066
     data_dir: str = ".loopwarden-data"
@@ -41,6 +46,8 @@ class WorkerSettings(Settings):
         if self.fetch_bytes_per_partition < 1024:
             got = self.fetch_bytes_per_partition
             raise SettingsError(f"fetch_bytes_per_partition must be at least 1024, got {got}")
+        if self.consumer not in CONSUMERS:
+            raise SettingsError(f"consumer must be one of {', '.join(CONSUMERS)}, got {self.consumer!r}")
         if self.flush_interval_ms < 0:
             raise SettingsError(f"flush_interval_ms must not be negative, got {self.flush_interval_ms}")
         if self.state_sweep_interval_s <= 0 or self.stop_timeout_s <= 0:

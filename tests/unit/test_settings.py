@@ -45,6 +45,7 @@ def test_security_settings_reach_the_kafka_clients():
         ({}, {"batch_linger_ms": -5.0}, "batch_linger_ms must not be negative"),
         ({}, {"batch_max": 0}, "batch_max must be at least 1"),
         ({"LOOPWARDEN_FETCH_BYTES_PER_PARTITION": "512"}, {}, "fetch_bytes_per_partition must be at least 1024"),
+        ({"LOOPWARDEN_CONSUMER": "threads"}, {}, "consumer must be one of inline, thread, got 'threads'"),
     ],
 )
 def test_bad_values_are_named(env, flags, message):

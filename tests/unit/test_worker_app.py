@@ -41,6 +41,58 @@ def test_the_events_consumer_fetches_as_much_per_partition_as_the_settings_say(t
         assert app.conf.consumer_max_fetch_size == want  # (Faust's max_partition_fetch_bytes)
 
 
+def test_the_events_consumer_runs_in_the_apps_loop_unless_told_to_run_in_a_thread(tmp_path):
+    """By default Faust's aiokafka consumer is a service of the app's own loop (no thread
+    of its own, calls awaited in place); `consumer="thread"` (LOOPWARDEN_CONSUMER) keeps
+    Faust's consumer thread with its own loop."""
+    seen = {}
+    for env in ({}, {"LOOPWARDEN_CONSUMER": "thread"}, {"LOOPWARDEN_CONSUMER": "inline"}):
+        s = settings_mod.build(
+            {"bootstrap": "127.0.0.1:1", "topic_prefix": "t.", "data_dir": str(tmp_path)}, env=env, kind=WorkerSettings
+        )
+        app = create_app(s, DetectionConfig({}), LoopClients.of(s, s.app_id))
+        thread = app.consumer._thread  # type: ignore[attr-defined]  # Faust's consumer "thread" service
+        seen[s.consumer] = (type(thread).__name__, thread.thread_loop is thread.parent_loop)
+    assert seen == {
+        "inline": ("_InlineConsumerThread", True),
+        "thread": ("AIOKafkaConsumerThread", False),
+    }
+
+
+def test_an_inline_consumer_answers_a_call_in_place_and_starts_and_stops_no_thread():
+    """The inline consumer's calls (each fetch, each commit) are awaited where they are
+    made, in the calling task, and its start and stop run in the loop: no thread appears."""
+    import threading
+
+    from streams.kafka import faust_compat
+
+    async def main() -> tuple[Any, ...]:
+        s = settings_mod.build({"bootstrap": "127.0.0.1:1", "topic_prefix": "t."}, env={}, kind=WorkerSettings)
+        app = create_app(s, DetectionConfig({}), LoopClients.of(s, s.app_id))
+        thread = app.consumer._thread  # type: ignore[attr-defined]
+        assert isinstance(thread, faust_compat._InlineConsumerThread)
+
+        async def where(x: int) -> tuple[Any, int]:
+            return asyncio.current_task(), x + 1
+
+        task, got = await thread.call_thread(where, 41)
+        before = threading.active_count()
+        started: list[bool] = []
+
+        async def no_consumer() -> None:  # (aiokafka's start would dial the broker)
+            started.append(True)
+
+        thread.on_start = no_consumer
+        await thread.start()
+        during = threading.active_count()
+        await thread.stop()
+        return task is asyncio.current_task(), got, before, during, started, thread.should_stop
+
+    in_place, got, before, during, started, stopped = asyncio.run(main())
+    assert (in_place, got, started, stopped) == (True, 42, [True], True)
+    assert during == before
+
+
 def _call_event(seq: int) -> SimpleNamespace:
     """A tool call of run "r" on partition 0, at offset `seq`, as the stream passes it on."""
     value = {"type": "tool_call", "run_id": "r", "seq": seq, "gateway_id": "gw", "tool_name": "read"}
