@@ -31,6 +31,7 @@ from detectors.errors import LoopwardenError
 
 from .kafka import settings as settings_mod
 from .kafka.errors import SettingsError
+from .worker.settings import CONSUMERS
 
 if TYPE_CHECKING:
     from detectors import DetectionConfig
@@ -516,7 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     w.add_argument(
         "--consumer",
-        choices=["inline", "thread"],
+        choices=CONSUMERS,
         help="where Faust's Kafka consumer runs: inline, in the worker's event loop (default), or thread, "
         "in a thread of its own as Faust runs it, where every fetch and commit crosses between the two "
         "threads (more CPU per event, a longer tail: benchmarks.kafka)",

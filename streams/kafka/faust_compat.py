@@ -213,7 +213,8 @@ def consume_inline(app: faust.App) -> None:
     method queue: each fetch of the agent's (`getmany`), each commit, a wake-up of the
     other loop through its self-pipe, and the GIL handed over, both ways. Here the same
     consumer (`AIOKafkaConsumerThread`, its calls unchanged) is a service of the app's
-    loop, and a call is an await (benchmarks.kafka, the `thread` and `inline` series).
+    loop, and a call is an await (benchmarks.kafka with `--variant
+    thread=,LOOPWARDEN_CONSUMER=thread` measures both side by side; benchmarks/RESULTS.md).
 
     Replaces the transport's `Consumer` class (read when the app makes its consumer) by
     one whose `_new_consumer_thread` makes an `_InlineConsumerThread`."""
