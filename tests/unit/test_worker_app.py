@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 
 from detectors import DetectionConfig
 from streams.admin.config_topic import ConfigHistory
+from streams.kafka import faust_compat
 from streams.kafka import settings as settings_mod
 from streams.kafka.loop_clients import LoopClients
 from streams.worker.app import create_app
@@ -62,9 +64,6 @@ def test_the_events_consumer_runs_in_the_apps_loop_unless_told_to_run_in_a_threa
 def test_an_inline_consumer_answers_a_call_in_place_and_starts_and_stops_no_thread():
     """The inline consumer's calls (each fetch, each commit) are awaited where they are
     made, in the calling task, and its start and stop run in the loop: no thread appears."""
-    import threading
-
-    from streams.kafka import faust_compat
 
     async def main() -> tuple[Any, ...]:
         s = settings_mod.build({"bootstrap": "127.0.0.1:1", "topic_prefix": "t."}, env={}, kind=WorkerSettings)
